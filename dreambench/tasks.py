@@ -1,0 +1,384 @@
+"""The evaluation-task registry: one declarative :class:`TaskSpec` per dataset, and loading in BEIR format.
+
+A task is found in ``<data-dir>/<name>/`` (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``) and read
+through the ``beir`` package's loader. When it is missing: online, BEIR tasks are downloaded by name and
+RTEB/MTEB tasks are exported from ``mteb`` into the same layout; offline, the task is skipped with one line
+saying where it was looked for. Built tasks (the Wikipedia description→lead set) are written by the suite.
+``nano-*`` tasks are deterministic subsamples (every judged document of a query sample plus random
+distractors, as NanoBEIR does) for budgets that cannot encode full corpora; reports say so.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import RunConfig, fingerprint
+from .registry import Registry
+from .workspace import Workspace, atomic_dir, internet_available
+
+log = logging.getLogger(__name__)
+
+BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
+
+
+class DatasetFormatError(ValueError):
+    """A malformed dataset file; the message names the file and line."""
+
+
+class DatasetUnavailable(RuntimeError):
+    """A dataset that is neither on disk nor obtainable here; callers skip it with this one-line message."""
+
+
+@dataclass(frozen=True)
+class Subsample:
+    max_queries: int
+    max_docs: int
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str  # folder name under the data dir, and the name used on the command line
+    suite: str  # BEIR | RTEB | Wikipedia
+    paper_name: str | None = None  # column in the DREAM paper's tables (reference/dream_paper_ndcg10.csv)
+    beir_name: str | None = None  # download name on the BEIR server
+    mteb_name: str | None = None  # MTEB task name (RTEB tasks; BEIR tasks also have one)
+    mteb_subset: str = "default"
+    mteb_split: str | None = None  # defaults to ``split``
+    split: str = "test"
+    forums: tuple[str, ...] = ()  # CQADupStack: evaluated per forum, averaged
+    builder: str | None = None  # built by the suite (see BUILDERS)
+    base: str | None = None  # nano tasks: the full task they subsample
+    subsample: Subsample | None = None
+    description: str = ""
+
+    @property
+    def is_nano(self) -> bool:
+        return self.subsample is not None
+
+
+@dataclass
+class RetrievalData:
+    name: str
+    corpus: dict[str, dict[str, str]]  # doc id → {"title", "text"}
+    queries: dict[str, str]  # judged queries only
+    qrels: dict[str, dict[str, int]]
+    source: str  # where it was read from
+    subsample: dict[str, Any] | None = None
+    parts: list[RetrievalData] = field(default_factory=list)  # CQADupStack forums
+
+
+TASKS: Registry[TaskSpec] = Registry("dataset")
+# name → function(workspace, run_config) → folder holding the BEIR files of a built dataset
+BUILDERS: dict[str, Callable[[Workspace, RunConfig], Path]] = {}
+
+
+def _add(spec: TaskSpec) -> None:
+    TASKS.add(spec.name, spec)
+
+
+CQADUPSTACK_FORUMS = (
+    "android", "english", "gaming", "gis", "mathematica", "physics", "programmers", "stats", "tex",
+    "unix", "webmasters", "wordpress",
+)  # fmt: skip
+
+for _name, _paper, _mteb in [
+    ("arguana", "ArguAna", "ArguAna"),
+    ("nfcorpus", "NFCorpus", "NFCorpus"),
+    ("fiqa", "FiQA", "FiQA2018"),
+    ("scifact", "SciFact", "SciFact"),
+    ("scidocs", "SCIDOCS", "SCIDOCS"),
+    ("quora", "Quora", "QuoraRetrieval"),
+    ("trec-covid", "TREC-COVID", "TRECCOVID"),
+    ("webis-touche2020", "Touche", "Touche2020"),
+]:
+    _add(TaskSpec(_name, "BEIR", paper_name=_paper, beir_name=_name, mteb_name=_mteb))
+_add(
+    TaskSpec(
+        "cqadupstack", "BEIR", paper_name="CQADupStack", beir_name="cqadupstack", forums=CQADUPSTACK_FORUMS,
+        description="12 StackExchange forums, NDCG@10 averaged over forums",
+    )
+)  # fmt: skip
+for _name, _paper, _mteb, _subset, _split in [
+    ("aila-casedocs", "AILA-C", "AILACasedocs", "default", None),
+    ("aila-statutes", "AILA-S", "AILAStatutes", "default", None),
+    ("legalsummarization", "LegalSum", "LegalSummarization", "default", None),
+    ("financebench", "FinBench", "FinanceBenchRetrieval", "default", None),
+    ("hc3finance", "HC3Fin", "HC3FinanceRetrieval", "default", None),
+    ("finqa", "FinQA", "FinQARetrieval", "default", None),
+    ("apps", "Apps", "AppsRetrieval", "default", None),
+    ("ds1000", "DS1000", "DS1000Retrieval", "default", None),
+    ("humaneval", "HumanEval", "HumanEvalRetrieval", "default", None),
+    ("mbpp", "MBPP", "MBPPRetrieval", "default", None),
+    ("wikisql", "WikiSQL", "WikiSQLRetrieval", "default", None),
+    ("freshstack", "FreshStack", "FreshStackRetrieval", "default", None),
+    ("chatdoctor", "ChatDoctor", "ChatDoctorRetrieval", "default", None),
+    ("curev1", "CUREv1", "CUREv1", "en", "all"),
+]:
+    _add(TaskSpec(_name, "RTEB", paper_name=_paper, mteb_name=_mteb, mteb_subset=_subset, mteb_split=_split))
+_add(
+    TaskSpec(
+        "wiki-desc2lead", "Wikipedia", builder="wiki-desc2lead",
+        description="held-out Wikipedia articles: short description → lead paragraph (offline, built by the suite)",
+    )
+)  # fmt: skip
+
+NANO_DEFAULT = Subsample(max_queries=100, max_docs=600, seed=0)
+for _base in ("scifact", "arguana", "nfcorpus", "fiqa", "scidocs", "quora", "trec-covid", "webis-touche2020",
+              "financebench", "humaneval", "mbpp"):  # fmt: skip
+    _spec = TASKS.get(_base)
+    _add(
+        TaskSpec(
+            f"nano-{_base}", _spec.suite, paper_name=_spec.paper_name, base=_base, subsample=NANO_DEFAULT,
+            description=f"{_base} subsampled: {NANO_DEFAULT.max_queries} queries, all their judged documents "
+            f"plus random distractors up to {NANO_DEFAULT.max_docs} documents",
+        )
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------
+# validation: locate the first malformed line of a BEIR file
+
+
+def _check_jsonl(path: Path, required: tuple[str, ...]) -> None:
+    with path.open(encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise DatasetFormatError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            for key in required:
+                if key not in obj:
+                    raise DatasetFormatError(f"{path}:{lineno}: missing field {key!r}")
+                if not isinstance(obj[key], (str, int)) or (key == "_id" and str(obj[key]) == ""):
+                    raise DatasetFormatError(f"{path}:{lineno}: field {key!r} must be a non-empty string")
+
+
+def _check_qrels(path: Path) -> None:
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_MINIMAL)
+        header = next(reader, None)
+        if header is None:
+            raise DatasetFormatError(
+                f"{path}:1: empty qrels file (expected a header query-id, corpus-id, score)"
+            )
+        for lineno, row in enumerate(reader, 2):
+            if not row:
+                continue
+            if len(row) < 3:
+                raise DatasetFormatError(f"{path}:{lineno}: expected 3 tab-separated columns, got {len(row)}")
+            try:
+                int(row[2])
+            except ValueError:
+                raise DatasetFormatError(f"{path}:{lineno}: relevance {row[2]!r} is not an integer") from None
+
+
+def read_beir_folder(folder: Path, split: str, name: str) -> RetrievalData:
+    """Read one BEIR folder through beir's loader; malformed input fails naming the file and line."""
+    from beir.datasets.data_loader import GenericDataLoader
+
+    corpus_file, query_file = folder / "corpus.jsonl", folder / "queries.jsonl"
+    qrels_file = folder / "qrels" / f"{split}.tsv"
+    for path in (corpus_file, query_file, qrels_file):
+        if not path.is_file():
+            raise DatasetFormatError(f"{name}: {path} is missing (expected BEIR layout in {folder})")
+    loader = GenericDataLoader(data_folder=str(folder))
+    try:
+        corpus, queries, qrels = loader.load(split=split)
+    except (json.JSONDecodeError, ValueError, IndexError, KeyError, TypeError, AttributeError) as exc:
+        # beir's loader reports no position: find the offending line ourselves
+        _check_jsonl(corpus_file, ("_id", "text"))
+        _check_jsonl(query_file, ("_id", "text"))
+        _check_qrels(qrels_file)
+        if isinstance(exc, KeyError):
+            raise DatasetFormatError(
+                f"{qrels_file}: query id {exc.args[0]!r} has judgements but no entry in {query_file}"
+            ) from None
+        raise DatasetFormatError(f"{name}: could not read {folder}: {exc!r}") from None
+    if None in corpus or any(doc.get("text") is None for doc in corpus.values()):
+        _check_jsonl(corpus_file, ("_id", "text"))
+    if any(text is None for text in queries.values()):
+        _check_jsonl(query_file, ("_id", "text"))
+    corpus = {
+        str(did): {"title": str(doc.get("title") or ""), "text": str(doc["text"])}
+        for did, doc in corpus.items()
+    }
+    queries = {str(qid): str(text) for qid, text in queries.items()}
+    qrels = {str(qid): {str(did): int(rel) for did, rel in docs.items()} for qid, docs in qrels.items()}
+    unknown_docs = {did for docs in qrels.values() for did in docs if did not in corpus}
+    if unknown_docs:
+        log.warning(
+            "%s: %d judged document ids are absent from %s (they count as unretrievable), e.g. %s",
+            name, len(unknown_docs), corpus_file, sorted(unknown_docs)[:3],
+        )  # fmt: skip
+    if not qrels:
+        raise DatasetFormatError(f"{qrels_file}: no judgements")
+    return RetrievalData(name=name, corpus=corpus, queries=queries, qrels=qrels, source=str(folder))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# obtaining a task
+
+
+def _download_beir(spec: TaskSpec, data_dir: Path) -> Path:
+    from beir import util
+
+    target = data_dir / spec.name
+    log.info("downloading BEIR dataset %s into %s", spec.beir_name, data_dir)
+    with atomic_dir(target) as tmp:
+        util.download_and_unzip(BEIR_URL.format(name=spec.beir_name), str(tmp))
+        inner = tmp / spec.beir_name
+        for item in inner.iterdir():
+            item.rename(tmp / item.name)
+        inner.rmdir()
+    return target
+
+
+def export_mteb_split(split_data: Any, folder: Path, split: str) -> None:
+    """Write an mteb retrieval split (``corpus``/``queries`` datasets, ``relevant_docs`` dict) as BEIR files."""
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    with (folder / "corpus.jsonl").open("w", encoding="utf-8") as handle:
+        for row in split_data["corpus"]:
+            doc = {"_id": str(row["id"]), "title": row.get("title") or "", "text": row.get("text") or ""}
+            handle.write(json.dumps(doc, ensure_ascii=False) + "\n")
+    with (folder / "queries.jsonl").open("w", encoding="utf-8") as handle:
+        for row in split_data["queries"]:
+            handle.write(json.dumps({"_id": str(row["id"]), "text": row["text"]}, ensure_ascii=False) + "\n")
+    with (folder / "qrels" / f"{split}.tsv").open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t")
+        writer.writerow(["query-id", "corpus-id", "score"])
+        for qid, docs in split_data["relevant_docs"].items():
+            for did, rel in docs.items():
+                writer.writerow([qid, did, int(rel)])
+
+
+def _download_mteb(spec: TaskSpec, data_dir: Path) -> Path:
+    import mteb
+
+    task = mteb.get_task(spec.mteb_name)
+    log.info("loading MTEB task %s (%s) into %s", spec.mteb_name, task.metadata.dataset["path"], data_dir)
+    task.load_data()
+    task.convert_v1_dataset_format_to_v2()
+    split = spec.mteb_split or spec.split
+    target = data_dir / spec.name
+    with atomic_dir(target) as tmp:
+        export_mteb_split(task.dataset[spec.mteb_subset][split], tmp, spec.split)
+    return target
+
+
+def locate(spec: TaskSpec, workspace: Workspace) -> Path | None:
+    folder = workspace.data_dir / spec.name
+    return folder if (folder / "corpus.jsonl").is_file() else None
+
+
+def _subsample(data: RetrievalData, sub: Subsample) -> RetrievalData:
+    rng = random.Random(sub.seed)
+    qids = sorted(data.qrels)
+    if len(qids) > sub.max_queries:
+        qids = sorted(rng.sample(qids, sub.max_queries))
+    qrels = {q: dict(data.qrels[q]) for q in qids}
+    judged = sorted({d for q in qids for d in qrels[q] if d in data.corpus})
+    pool = sorted(set(data.corpus) - set(judged))
+    n_extra = max(0, min(len(pool), sub.max_docs - len(judged)))
+    keep = set(judged) | set(rng.sample(pool, n_extra))
+    corpus = {did: data.corpus[did] for did in sorted(keep)}
+    return RetrievalData(
+        name=data.name,
+        corpus=corpus,
+        queries={q: data.queries[q] for q in qids},
+        qrels=qrels,
+        source=data.source,
+        subsample={
+            "max_queries": sub.max_queries, "max_docs": sub.max_docs, "seed": sub.seed,
+            "queries": len(qids), "docs": len(corpus), "judged_docs": len(judged),
+            "full_queries": len(data.qrels), "full_docs": len(data.corpus),
+        },
+    )  # fmt: skip
+
+
+def load_task(name: str, workspace: Workspace, config: RunConfig | None = None) -> RetrievalData:
+    """Load a registered task; raise DatasetUnavailable (skip) or DatasetFormatError (fix the file)."""
+    spec = TASKS.get(name)
+    config = config or RunConfig()
+    split = config.eval.split if config.eval.split else spec.split
+    if spec.subsample is not None:
+        assert spec.base is not None
+        data = _subsample(load_task(spec.base, workspace, config), spec.subsample)
+        data.name = spec.name
+        return data
+    if spec.builder is not None:
+        if spec.builder not in BUILDERS:
+            import importlib
+
+            importlib.import_module("dreambench.data.wiki")  # registers the Wikipedia builder
+        folder = BUILDERS[spec.builder](workspace, config)
+        return read_beir_folder(folder, "test", spec.name)
+    if spec.forums:
+        parts = [read_beir_folder(f, split, f"{spec.name}/{f.name}") for f in _forum_folders(spec, workspace)]
+        merged = RetrievalData(
+            name=spec.name,
+            corpus={},
+            queries={},
+            qrels={},
+            source=str(workspace.data_dir / spec.name),
+            parts=parts,
+        )
+        return merged
+    folder = locate(spec, workspace)
+    if folder is None:
+        folder = _fetch(spec, workspace)
+    return read_beir_folder(folder, split, spec.name)
+
+
+def _forum_folders(spec: TaskSpec, workspace: Workspace) -> list[Path]:
+    root = workspace.data_dir / spec.name
+    if not root.is_dir():
+        root = _fetch(spec, workspace)
+    folders = [root / forum for forum in spec.forums]
+    missing = [f for f in folders if not (f / "corpus.jsonl").is_file()]
+    if missing:
+        raise DatasetFormatError(
+            f"{spec.name}: forum folders missing under {root}: {[f.name for f in missing]}"
+        )
+    return folders
+
+
+def _fetch(spec: TaskSpec, workspace: Workspace) -> Path:
+    where = workspace.data_dir / spec.name
+    if not internet_available():
+        raise DatasetUnavailable(
+            f"skipping {spec.name}: not found at {where} (data dir from --data-dir, $DREAMBENCH_DATA or ./data) "
+            "and offline, so not downloaded"
+        )
+    try:
+        if spec.beir_name:
+            return _download_beir(spec, workspace.data_dir)
+        if spec.mteb_name:
+            return _download_mteb(spec, workspace.data_dir)
+    except Exception as exc:  # network or hub failures: report and skip, never leave a partial folder
+        raise DatasetUnavailable(
+            f"skipping {spec.name}: not found at {where} and the download failed: {exc}"
+        ) from exc
+    raise DatasetUnavailable(f"skipping {spec.name}: not found at {where} and it has no download source")
+
+
+def task_fingerprint(name: str, config: RunConfig) -> str:
+    """What a task's content depends on beyond its files (built and subsampled tasks)."""
+    spec = TASKS.get(name)
+    parts: list[Any] = [spec]
+    if spec.builder is not None:
+        parts.append(
+            {k: getattr(config.data, k) for k in ("source", "eval_articles", "eval_queries", "seed")}
+        )
+    return fingerprint(*parts)

