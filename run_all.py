@@ -62,8 +62,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--render-only", action="store_true", help="only re-render the report from stored results"
     )
+    parser.add_argument(
+        "--build-data",
+        action="store_true",
+        help="build the profile's training data and built evaluation sets, then exit",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser
+
+
+def build_data(config, workspace) -> int:
+    """Build (or reuse) the shared training instances and the suite-built evaluation sets; print a summary."""
+    from dreambench.data.training import load_training_data
+    from dreambench.tasks import TASKS, load_task
+
+    start = time.perf_counter()
+    data = load_training_data(config, workspace)
+    counts = data.manifest["instances"]
+    print(f"training data ({config.data.source}, K={config.data.num_candidates}, queries: {config.data.query_source}"
+          f"{' by ' + config.data.query_generator if config.data.query_source == 'generate' else ''}): "
+          f"{counts['train']} train, {counts['heldout']} held-out, {counts['probe']} probe instances, "
+          f"{data.manifest['queries_failed']} failed queries -> {data.folder}")  # fmt: skip
+    for name in config.eval.datasets:
+        if TASKS.get(name).builder is not None:
+            task = load_task(name, workspace, config)
+            print(f"{name}: {len(task.queries)} queries, {len(task.corpus)} documents -> {task.source}")
+    print(f"done in {time.perf_counter() - start:.1f}s")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-    for noisy in ("httpx", "urllib3", "filelock", "huggingface_hub", "jnius", "beir", "faiss"):
+    for noisy in ("httpx", "urllib3", "filelock", "huggingface_hub", "jnius", "beir", "faiss", "bm25s"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
     from dreambench import report
@@ -104,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.set:
             config = _apply(config, parse_cli_overrides(args.set), where="--set")
         workspace = Workspace.resolve(args.data_dir, args.cache_dir, args.results_dir, args.reports_dir)
+        if args.build_data:
+            return build_data(config, workspace)
         if args.render_only:
             path = report.render(workspace.results_dir, workspace.reports_dir, config.profile)
             print(f"report: {path}" if path else "no stored results to render")

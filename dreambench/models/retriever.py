@@ -1,0 +1,156 @@
+"""The dense retriever shared by every dense method: a decoder LLM with last-token (EOS) pooling.
+
+Inputs are ``"Query: " + text`` / ``"Passage: " + text`` followed by the EOS token; the embedding is the
+final hidden state of the last non-pad token, L2-normalised (DREAM Eq. 1). LoRA (peft) on q/k/v/o trains;
+the base weights stay frozen. Encoding sorts texts by length, batches them, runs under bf16 autocast where
+the hardware supports it, and records its throughput.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..config import ModelConfig
+from ..workspace import Workspace
+from .backbones import autocast_dtype, load_model, load_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+def last_token_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Hidden state of each row's last non-pad token, under left or right padding.
+
+    hidden: (B, T, D); attention_mask: (B, T) with 1 for real tokens → (B, D).
+    """
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    last = (attention_mask.long() * positions).argmax(dim=1)  # (B,) highest position holding a real token
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+
+
+@dataclass
+class EncodeStats:
+    texts: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+class DenseRetriever(nn.Module):
+    def __init__(self, backbone: nn.Module, tokenizer, config: ModelConfig):
+        super().__init__()
+        self.backbone = backbone  # bare decoder (no LM head), possibly peft-wrapped
+        self.tokenizer = tokenizer
+        self.config = config
+        self.last_stats = EncodeStats()
+
+    # ---- construction ----------------------------------------------------------------------------------
+    @classmethod
+    def from_config(
+        cls, config: ModelConfig, workspace: Workspace, lora: bool = True, adapter: str | Path | None = None
+    ) -> DenseRetriever:
+        tokenizer = load_tokenizer(config.backbone, workspace)
+        backbone = load_model(config.backbone, workspace, causal_lm=False)
+        for parameter in backbone.parameters():
+            parameter.requires_grad_(False)
+        if adapter is not None:
+            from peft import PeftModel
+
+            backbone = PeftModel.from_pretrained(backbone, str(adapter), is_trainable=lora)
+        elif lora:
+            from peft import LoraConfig, get_peft_model
+
+            lora_config = LoraConfig(
+                r=config.lora_r,
+                lora_alpha=config.lora_alpha,
+                lora_dropout=config.lora_dropout,
+                target_modules=list(config.lora_targets),
+                bias="none",
+            )
+            backbone = get_peft_model(backbone, lora_config)
+        return cls(backbone, tokenizer, config)
+
+    def save_adapter(self, path: str | Path) -> None:
+        if not hasattr(self.backbone, "save_pretrained") or not hasattr(self.backbone, "peft_config"):
+            raise ValueError("this retriever has no LoRA adapter to save")
+        self.backbone.save_pretrained(str(path))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.backbone.parameters()).device
+
+    # ---- tokenisation and forward ------------------------------------------------------------------------
+    def tokenize(self, texts: list[str], kind: str, padding_side: str = "right") -> dict[str, torch.Tensor]:
+        """Prefix, truncate to the configured length keeping room for EOS, append EOS, pad."""
+        if kind == "query":
+            prefix, max_tokens = self.config.query_prefix, self.config.max_query_tokens
+        elif kind == "passage":
+            prefix, max_tokens = self.config.passage_prefix, self.config.max_passage_tokens
+        else:
+            raise ValueError(f"kind must be 'query' or 'passage', got {kind!r}")
+        tok = self.tokenizer
+        encoded = tok(
+            [prefix + t for t in texts], add_special_tokens=True, truncation=True, max_length=max_tokens - 1
+        )
+        rows = [ids + [tok.eos_token_id] for ids in encoded["input_ids"]]
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            span = slice(width - len(row), width) if padding_side == "left" else slice(0, len(row))
+            input_ids[i, span] = torch.tensor(row)
+            mask[i, span] = 1
+        return {"input_ids": input_ids, "attention_mask": mask}
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T) token ids → (B, D) L2-normalised embeddings."""
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        pooled = last_token_pool(out.last_hidden_state, attention_mask)  # (B, D)
+        return nn.functional.normalize(pooled.float(), dim=-1)
+
+    def embed(self, texts: list[str], kind: str) -> torch.Tensor:
+        """Embeddings with gradients (training); the caller owns autocast."""
+        batch = {k: v.to(self.device) for k, v in self.tokenize(texts, kind).items()}
+        return self(**batch)
+
+    @torch.inference_mode()
+    def encode(
+        self, texts: list[str], kind: str, batch_size: int | None = None, progress: bool = True
+    ) -> torch.Tensor:
+        """Embeddings for many texts (N, D) in fp32 on CPU; length-sorted batches, autocast, progress bar."""
+        batch_size = batch_size or self.config.encode_batch_size
+        if not texts:
+            return torch.zeros((0, self.backbone.config.hidden_size))
+        was_training = self.training
+        self.eval()
+        lengths = [len(t) for t in texts]
+        order = sorted(range(len(texts)), key=lambda i: -lengths[i])  # longest first: memory peak shows early
+        device = self.device
+        dtype = autocast_dtype(self.config.precision, device)
+        out = torch.empty((len(texts), self.backbone.config.hidden_size))
+        stats = EncodeStats(texts=len(texts))
+        start = time.perf_counter()
+        bar = tqdm(total=len(texts), desc=f"encode {kind}s", unit="text", disable=not progress, leave=False)
+        for i in range(0, len(order), batch_size):
+            index = order[i : i + batch_size]
+            batch = {k: v.to(device) for k, v in self.tokenize([texts[j] for j in index], kind).items()}
+            with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                out[index] = self(**batch).cpu()
+            stats.tokens += int(batch["attention_mask"].sum())
+            bar.update(len(index))
+            bar.set_postfix(tok_s=f"{stats.tokens / (time.perf_counter() - start):.0f}")
+        bar.close()
+        stats.seconds = time.perf_counter() - start
+        self.last_stats = stats
+        log.debug("encoded %d %ss: %.0f tokens/s", len(texts), kind, stats.tokens_per_second)
+        self.train(was_training)
+        return out

@@ -1,0 +1,162 @@
+"""The shared training data: chunking, candidate sets, leakage exclusion, query parsing, the loader."""
+
+import json
+import random
+
+import pytest
+
+from dreambench.config import apply_overrides
+from dreambench.data.loader import CandidateBatch, ChunkBatch, TrainingLoader
+from dreambench.data.querygen import crop_query, parse_question
+from dreambench.data.sources import synthetic_articles
+from dreambench.data.text import chunk_text, split_sentences
+from dreambench.data.training import (
+    CandidatePool,
+    article_chunks,
+    build_desc2lead,
+    load_training_data,
+    split_articles,
+)
+from dreambench.profiles import PROFILES
+from dreambench.tasks import load_task
+
+SMOKE = PROFILES.get("smoke").config
+
+
+def test_sentence_splitter_keeps_initials_and_abbreviations():
+    text = "J. R. R. Tolkien wrote it in 1937. Dr. Watson agreed! Did he? The U.S. army (est. 1775) won."
+    assert split_sentences(text) == [
+        "J. R. R. Tolkien wrote it in 1937.",
+        "Dr. Watson agreed!",
+        "Did he?",
+        "The U.S. army (est. 1775) won.",
+    ]
+
+
+def test_chunks_respect_sentence_boundaries_and_sizes():
+    text = "Alpha beta gamma. Delta eps zeta eta. Theta iota. Long " + " ".join(["word"] * 11) + "."
+    chunks = chunk_text(text, max_words=5, min_words=2)
+    assert chunks[:3] == ["Alpha beta gamma.", "Delta eps zeta eta.", "Theta iota."]
+    assert all(len(c.split()) <= 5 for c in chunks)
+    assert " ".join(chunks).split() == text.split()  # nothing lost, order kept
+    # a short tail is merged into its predecessor
+    assert chunk_text("One two three four. Five.", max_words=4, min_words=2) == ["One two three four. Five."]
+    with pytest.raises(ValueError):
+        chunk_text("x", max_words=0)
+
+
+def test_candidate_sets_hold_the_target_once_and_k_members():
+    cfg = SMOKE.data
+    chunks = [c for a in synthetic_articles() for c in article_chunks(a, cfg)]
+    pool = CandidatePool(chunks)
+    rng = random.Random(0)
+    for target in range(0, len(chunks), 7):
+        ranked = pool.neighbours([chunks[target].text], k=40)[0]
+        chosen = pool.candidate_set(target, ranked, 6, rng)
+        assert chosen is not None and len(chosen) == 6 and chosen.count(target) == 1
+        assert len({chunks[j].text for j in chosen}) == 6
+        siblings = set(pool.by_article[chunks[target].article]) - {target}
+        assert siblings <= set(chosen) or len(siblings) >= 5  # same-article chunks come first
+        others = [chunks[j] for j in chosen if chunks[j].article != chunks[target].article]
+        assert all(c.topic == chunks[target].topic for c in others)  # then the same topic
+
+
+def test_training_data_format_and_leakage(workspace):
+    data = load_training_data(SMOKE, workspace)
+    cfg = SMOKE.data
+    assert (len(data.train), len(data.heldout), len(data.probe)) == (
+        cfg.num_train,
+        cfg.num_heldout,
+        cfg.num_probe,
+    )
+    for inst in data.train + data.heldout + data.probe:
+        assert len(inst.candidates) == cfg.num_candidates
+        assert inst.candidate_ids[inst.target_index].startswith(inst.article + "::")
+        assert sum(cid.startswith(inst.article + "::") for cid in inst.candidate_ids) >= 1
+        assert inst.query
+    evaluation = set(data.manifest["evaluation_articles"])
+    used = {
+        cid.split("::")[0] for inst in data.train + data.heldout + data.probe for cid in inst.candidate_ids
+    }
+    assert not used & evaluation  # evaluation articles appear in no role
+    train_articles = {cid.split("::")[0] for inst in data.train + data.probe for cid in inst.candidate_ids}
+    heldout_articles = {cid.split("::")[0] for inst in data.heldout for cid in inst.candidate_ids}
+    assert not train_articles & heldout_articles
+    desc = load_task("wiki-desc2lead", workspace, SMOKE)
+    titles = {
+        json.loads(line)["title"].lower() for line in (desc.source and open(f"{desc.source}/corpus.jsonl"))
+    }
+    assert titles == {a.lower() for a in evaluation}
+
+
+def test_eval_split_depends_only_on_its_own_options():
+    articles = synthetic_articles()
+    base = split_articles(articles, SMOKE.data)[0]
+    other = split_articles(
+        articles, apply_overrides(SMOKE, {"data.num_train": 3, "data.num_heldout": 2}).data
+    )[0]
+    assert [a.id for a in base] == [a.id for a in other]
+
+
+def test_second_build_reuses_the_cache(workspace):
+    first = load_training_data(SMOKE, workspace)
+    stamp = (first.folder / "train.jsonl").stat().st_mtime_ns
+    second = load_training_data(SMOKE, workspace)
+    assert second.folder == first.folder and (second.folder / "train.jsonl").stat().st_mtime_ns == stamp
+    assert second.train == first.train
+    folder = build_desc2lead(workspace, SMOKE)
+    assert build_desc2lead(workspace, SMOKE) == folder
+
+
+def test_impossible_sizes_are_clear_errors(workspace):
+    too_many = apply_overrides(SMOKE, {"data.num_train": 500})
+    with pytest.raises(ValueError, match="num_train"):
+        load_training_data(too_many, workspace)
+    with pytest.raises(ValueError, match="num_candidates"):
+        load_training_data(apply_overrides(SMOKE, {"data.num_candidates": 1}), workspace)
+    with pytest.raises(ValueError, match="query_source"):
+        load_training_data(apply_overrides(SMOKE, {"data.query_source": "magic"}), workspace)
+
+
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        ("<question>\nWhat does the cat eat?\n</question>", "What does the cat eat?"),
+        ("<question>Where is the harbour?", "Where is the harbour?"),
+        ("Sure!\nQuestion: Why do ships have masts?\nThanks", "Why do ships have masts?"),
+        ("What is the answer to the question:\n\nThe answer is", None),
+        ("<question>\nYour question here\n</question>", None),
+        ("Why?", None),
+    ],
+)
+def test_question_parsing(output, expected):
+    assert parse_question(output) == expected
+
+
+def test_crop_query_is_a_sentence_of_the_target():
+    target = "Cats purr. Dogs bark loudly at night. Birds sing."
+    assert crop_query(target, random.Random(1)) in split_sentences(target)
+
+
+def test_loader_views_are_deterministic_and_cover_each_epoch(workspace):
+    data = load_training_data(SMOKE, workspace)
+    loader = TrainingLoader(data.train, "candidates", batch_size=2, seed=5)
+    assert len(loader) == len(data.train) // 2
+    epoch = [loader.batch(i) for i in range(len(loader))]
+    assert all(isinstance(b, CandidateBatch) and len(b) == 2 for b in epoch)
+    assert sorted(i for b in epoch for i in b.instance_ids) == sorted(inst.id for inst in data.train)
+    for b in epoch:
+        for cands, t, target in zip(b.candidates, b.target_index, b.targets, strict=True):
+            assert cands[t] == target and len(cands) == SMOKE.data.num_candidates
+    again = TrainingLoader(data.train, "candidates", batch_size=2, seed=5)
+    assert again.batch(3) == loader.batch(3)  # a resumed run sees the same batches
+    assert loader.batch(len(loader)).instance_ids != epoch[0].instance_ids or len(loader) == 1
+    chunks = TrainingLoader(data.train, "chunks", batch_size=1, seed=5).batch(0)
+    assert isinstance(chunks, ChunkBatch)
+    (group,) = chunks.chunks
+    (inst,) = [i for i in data.train if i.id == chunks.instance_ids[0]]
+    assert sorted(group) == sorted(inst.candidates)
+    with pytest.raises(ValueError, match="view"):
+        TrainingLoader(data.train, "pairs", 1, 0)
+    with pytest.raises(ValueError, match="cannot fill"):
+        TrainingLoader(data.train[:1], "candidates", 2, 0)

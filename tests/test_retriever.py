@@ -1,0 +1,83 @@
+"""The retriever on the tiny random Llama: pooling under left/right padding, prefixes, LoRA, encoding."""
+
+import pytest
+import torch
+
+from dreambench.config import RunConfig
+from dreambench.models.retriever import DenseRetriever, last_token_pool
+from dreambench.profiles import PROFILES
+
+SMOKE_MODEL = PROFILES.get("smoke").config.model
+
+
+def test_last_token_pool_left_and_right_padding():
+    hidden = torch.arange(2 * 5 * 3, dtype=torch.float).reshape(2, 5, 3)
+    right = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    left = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert torch.equal(last_token_pool(hidden, right), hidden[[0, 1], [2, 4]])
+    assert torch.equal(last_token_pool(hidden, left), hidden[[0, 1], [4, 4]])
+
+
+@pytest.fixture(scope="module")
+def retriever(tmp_path_factory):
+    from dreambench.workspace import Workspace
+
+    ws = Workspace.resolve(cache_dir=tmp_path_factory.mktemp("cache"))
+    return DenseRetriever.from_config(SMOKE_MODEL, ws, lora=True)
+
+
+def test_tokenize_prefixes_truncates_and_ends_with_eos(retriever):
+    tok = retriever.tokenizer
+    batch = retriever.tokenize(["short", "x" * 500], "query")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    assert ids.shape[1] == SMOKE_MODEL.max_query_tokens
+    lengths = mask.sum(1)
+    assert ids[0, lengths[0] - 1] == tok.eos_token_id and ids[1, -1] == tok.eos_token_id
+    assert tok.decode(ids[0, : lengths[0] - 1]) == "Query: short"
+
+
+def test_embeddings_do_not_depend_on_padding_side(retriever):
+    texts = ["a cat", "a much longer passage about dogs and wolves"]
+    retriever.eval()
+    with torch.no_grad():
+        right = retriever(**retriever.tokenize(texts, "passage", padding_side="right"))
+        left = retriever(**retriever.tokenize(texts, "passage", padding_side="left"))
+        alone = retriever(**retriever.tokenize(texts[:1], "passage"))
+    assert torch.allclose(right, left, atol=1e-5)
+    assert torch.allclose(right[:1], alone, atol=1e-5)
+    assert torch.allclose(right.norm(dim=-1), torch.ones(2))
+
+
+def test_only_lora_parameters_train(retriever):
+    trainable = [n for n, p in retriever.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    targets = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable}
+    assert targets == set(SMOKE_MODEL.lora_targets)
+
+
+def test_encode_matches_forward_and_keeps_order(retriever):
+    texts = [f"document number {i} " * (i % 4 + 1) for i in range(11)]
+    encoded = retriever.encode(texts, "passage", batch_size=4, progress=False)
+    with torch.no_grad():
+        direct = retriever(**retriever.tokenize(texts, "passage"))
+    assert torch.allclose(encoded, direct, atol=1e-5)
+    assert retriever.last_stats.texts == 11 and retriever.last_stats.tokens > 0
+
+
+def test_adapter_round_trip(retriever, tmp_path):
+    from dreambench.workspace import Workspace
+
+    with torch.no_grad():
+        for name, p in retriever.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.01)
+    retriever.save_adapter(tmp_path / "adapter")
+    ws = Workspace.resolve(cache_dir=tmp_path / "cache")
+    loaded = DenseRetriever.from_config(SMOKE_MODEL, ws, lora=False, adapter=tmp_path / "adapter")
+    texts = ["alpha beta", "gamma"]
+    assert torch.allclose(
+        loaded.encode(texts, "query", progress=False),
+        retriever.encode(texts, "query", progress=False),
+        atol=1e-5,
+    )
+    assert RunConfig().model.lora_r == 32 and RunConfig().model.lora_alpha == 64  # DREAM §4.1
