@@ -94,11 +94,16 @@ class InjectionPlan:
     heads: dict[int, torch.Tensor]  # layer → (m,) selected head indices (zero-based)
 
     @staticmethod
-    def heads_by_layer(pairs: Iterable[tuple[int, int]], device: torch.device | str = "cpu") -> dict[int, torch.Tensor]:
+    def heads_by_layer(
+        pairs: Iterable[tuple[int, int]], device: torch.device | str = "cpu"
+    ) -> dict[int, torch.Tensor]:
         grouped: dict[int, list[int]] = {}
         for layer, head in pairs:
             grouped.setdefault(int(layer), []).append(int(head))
-        return {layer: torch.tensor(sorted(set(h)), dtype=torch.long, device=device) for layer, h in grouped.items()}
+        return {
+            layer: torch.tensor(sorted(set(h)), dtype=torch.long, device=device)
+            for layer, h in grouped.items()
+        }
 
 
 @dataclass
@@ -205,12 +210,20 @@ def apply_injection(
     positions = rows[b_idx, q_pos]  # (N,)
     m = heads.shape[0]
     values = new_rows[b_idx, :, q_pos]  # (N, m, D)
-    index = (b_idx[:, None].expand(-1, m), positions[:, None].expand(-1, m), heads[None, :].expand(len(b_idx), -1))
+    index = (
+        b_idx[:, None].expand(-1, m),
+        positions[:, None].expand(-1, m),
+        heads[None, :].expand(len(b_idx), -1),
+    )
     return attn_output.index_put(index, values.to(attn_output.dtype))
 
 
 def query_attention_mass(
-    query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None, scaling: float, spans: SpanIndex
+    query: torch.Tensor,
+    key: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    spans: SpanIndex,
 ) -> torch.Tensor:
     """QRHead Eq. 4 for every head: mean over query rows of the attention mass on each document → (B, H, K)."""
     batch, heads, kv_length = query.shape[0], query.shape[1], key.shape[2]
@@ -223,7 +236,9 @@ def query_attention_mass(
     visible = _visible(attention_mask, spans.query_index, positions[None].expand(batch, -1), kv_length)
     if visible is not None:
         allowed = allowed & visible
-    probs = torch.softmax(_at_least_fp32(logits).masked_fill(~allowed, float("-inf")), dim=-1)  # post-softmax A_h(a, ·)
+    probs = torch.softmax(
+        _at_least_fp32(logits).masked_fill(~allowed, float("-inf")), dim=-1
+    )  # post-softmax A_h(a, ·)
     membership = torch.zeros((batch, spans.num_docs, kv_length), dtype=probs.dtype, device=query.device)
     membership.scatter_add_(2, spans.doc_index, spans.doc_mask.to(probs.dtype))  # (B, K, T): 1 inside D_j
     mass = torch.einsum("bhqt,bkt->bhqk", probs, membership)  # (B, H, Q, K)
@@ -256,7 +271,9 @@ def dreambench_attention(
         scaling = query.shape[-1] ** -0.5
     layer = getattr(module, "layer_idx", None)
     if attention_probe is not None:
-        attention_probe.mass[layer] = query_attention_mass(query, key, attention_mask, scaling, attention_probe.spans)
+        attention_probe.mass[layer] = query_attention_mass(
+            query, key, attention_mask, scaling, attention_probe.spans
+        )
     if score_injection is not None and layer in score_injection.heads:
         output = apply_injection(
             output, query, key, value, attention_mask, scaling, score_injection.heads[layer], score_injection
@@ -316,7 +333,9 @@ def reference_attention(
                         inside = original[cols]
                         total = inside.sum()
                         if total > 0:
-                            retrieved = retrieved.index_put((cols,), plan.doc_weights[b, j] * inside / total)  # Eq. 7–8
+                            retrieved = retrieved.index_put(
+                                (cols,), plan.doc_weights[b, j] * inside / total
+                            )  # Eq. 7–8
                     mixed[b, h, a] = (1 - g) * original + g * retrieved  # Eq. 9
         alpha = mixed
     return (alpha @ v).transpose(1, 2)

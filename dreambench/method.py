@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import abc
 import importlib
+import json
 import logging
 import pkgutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .config import RunConfig, method_params, to_jsonable
+from .config import RunConfig, fingerprint, method_params, to_jsonable
 from .evaluation.metrics import Run
 from .registry import Registry
-from .workspace import Workspace
+from .workspace import Workspace, atomic_path, write_json_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -101,6 +103,10 @@ class Method(abc.ABC):
     def close(self) -> None:
         """Free models and JVM-side objects."""
 
+    def result_extra(self) -> dict[str, Any]:
+        """Method-specific facts stored with every result (e.g. a training summary)."""
+        return {}
+
 
 class LexicalMethod(Method):
     @abc.abstractmethod
@@ -155,11 +161,18 @@ class TrainedDenseMethod(DenseMethod):
     """A dense retriever trained by :class:`dreambench.training.trainer.Trainer` on the shared data.
 
     Subclasses set ``view`` (which batch the shared loader yields: ``"candidates"`` — query, K candidates and
-    target — or ``"chunks"`` — the candidate set as a batch of chunks) and implement ``compute_loss``.
+    target — or ``"chunks"`` — the candidate set as a batch of chunks) and implement ``build``,
+    ``compute_loss`` and ``trainable_modules``. :meth:`prepare` does the rest, the same for every method:
+    seeds, the shared training data, training with checkpoints and resume (or loading the finished
+    weights), and held-out candidate ranking before and after training.
     """
 
     trainable = True
     view: ClassVar[str] = "candidates"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.training_summary: dict[str, Any] = {}
 
     def result_dependencies(self) -> dict[str, Any]:
         deps = super().result_dependencies()
@@ -167,9 +180,84 @@ class TrainedDenseMethod(DenseMethod):
         deps["train"] = to_jsonable(self.config.train)
         return deps
 
+    def checkpoint_dir(self) -> Path:
+        """Keyed by everything training depends on, so identical configurations share one trained model."""
+        key = fingerprint(self.result_dependencies())
+        return self.workspace.cache_dir / "checkpoints" / self.config.profile / f"{self.name}-{key}"
+
+    @property
+    def device(self) -> torch.device:
+        return self.retriever.device
+
+    def prepare(self) -> None:
+        import torch
+
+        from .data.loader import TrainingLoader
+        from .data.training import load_training_data
+        from .evaluation.heldout import candidate_ranking
+        from .training.trainer import Trainer, load_trainable_state, seed_everything, trainable_state
+
+        out_dir = self.checkpoint_dir()
+        final = out_dir / "final.pt"
+        data = load_training_data(self.config, self.workspace)
+        seed_everything(self.config.train.seed)  # after the data: building it must not shift the weight init
+        self.build(data)
+        if final.is_file():
+            load_trainable_state(self.trainable_modules(), torch.load(final, map_location="cpu"), final)
+            self.training_summary = json.loads((out_dir / "summary.json").read_text())
+            log.info("%s: loaded trained weights from %s", self.name, final)
+        else:
+            before_path = out_dir / "heldout_before.json"
+            if not before_path.is_file():  # the untrained retriever (LoRA starts as the identity)
+                write_json_atomic(before_path, candidate_ranking(self.retriever, data.heldout))
+            trainer = Trainer(self, self.config.train, out_dir, to_jsonable(self.config), out_dir.name)
+            trainer.fit(
+                TrainingLoader(data.train, self.view, self.config.train.batch_size, self.config.train.seed)
+            )
+            self.training_summary = self._summarise(out_dir, data, json.loads(before_path.read_text()))
+            with atomic_path(final) as tmp:
+                torch.save(trainable_state(self.trainable_modules()), tmp)
+            write_json_atomic(out_dir / "summary.json", self.training_summary)
+        self.after_training()
+        self.retriever.eval()
+
+    def _summarise(self, out_dir: Path, data: Any, before: dict[str, float]) -> dict[str, Any]:
+        from .evaluation.heldout import candidate_ranking
+
+        records = [
+            json.loads(line) for line in (out_dir / "train_log.jsonl").read_text().splitlines() if line
+        ]
+        return {
+            "checkpoint_dir": str(out_dir),
+            "steps": self.config.train.steps,
+            "train_seconds": round(sum(r["seconds"] for r in records), 1),
+            "final_loss": records[-1]["loss"] if records else None,
+            "first_loss": records[0]["loss"] if records else None,
+            "heldout_before": before,
+            "heldout_after": candidate_ranking(self.retriever, data.heldout),
+            "instances": data.manifest["instances"],
+            "query_source": data.manifest["query_source"],
+            "query_generator": data.manifest["query_generator"],
+            **self.summary_extra(),
+        }
+
+    def result_extra(self) -> dict[str, Any]:
+        return {"training": self.training_summary}
+
     @abc.abstractmethod
-    def build(self) -> None:
+    def build(self, data: Any) -> None:
         """Create the retriever (and any judge or auxiliary modules) before training or loading."""
+
+    def after_training(self) -> None:
+        """Release what evaluation does not need (a judge, say)."""
+
+    def training_state(self) -> dict[str, float]:
+        """Scalars logged every step besides the loss (DREAM: gate g, temperature τ)."""
+        return {}
+
+    def summary_extra(self) -> dict[str, Any]:
+        """Method-specific facts for the training summary (DREAM: the selected heads)."""
+        return {}
 
     @abc.abstractmethod
     def compute_loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:

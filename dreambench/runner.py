@@ -249,6 +249,7 @@ class Runner:
                     config=to_jsonable(job.config),
                     extra={
                         **result["extra"],
+                        **method.result_extra(),
                         "experiment_group": exp.group,
                         "overrides": dict(exp.overrides),
                     },

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from dreambench.attention import (
-    AttentionProbe,
     InjectionPlan,
     SpanIndex,
     dreambench_attention,
@@ -41,7 +40,9 @@ def make_inputs(seed=0, dtype=torch.float64):
 def plan_for(score_logits, gamma, heads={0: [1, 4]}) -> InjectionPlan:
     spans = SpanIndex.from_spans(DOC_SPANS, QUERY_SPANS)
     pairs = [(layer, h) for layer, hs in heads.items() for h in hs]
-    return InjectionPlan(spans, score_logits.softmax(-1), torch.sigmoid(gamma), InjectionPlan.heads_by_layer(pairs))
+    return InjectionPlan(
+        spans, score_logits.softmax(-1), torch.sigmoid(gamma), InjectionPlan.heads_by_layer(pairs)
+    )
 
 
 MODULE = SimpleNamespace(layer_idx=0, num_key_value_groups=H // KVH, is_causal=True, training=False)
@@ -63,7 +64,13 @@ def test_kernel_equals_reference_values_and_gradients(use_mask):
     upstream = torch.randn_like(fast)
     (fast * upstream).sum().backward()
     (ref * upstream).sum().backward()
-    for name, a, b in [("q", q, q2), ("k", k, k2), ("v", v, v2), ("scores", logits, logits2), ("gate", gamma, gamma2)]:
+    for name, a, b in [
+        ("q", q, q2),
+        ("k", k, k2),
+        ("v", v, v2),
+        ("scores", logits, logits2),
+        ("gate", gamma, gamma2),
+    ]:
         assert a.grad is not None and torch.allclose(a.grad, b.grad, rtol=0, atol=1e-10), name
     assert logits.grad.abs().sum() > 0 and gamma.grad.abs() > 0
 
@@ -158,10 +165,14 @@ def test_gradients_reach_scores_only_from_the_lowest_selected_layer_up(tiny_judg
     spans = SpanIndex.from_spans([[(1, 6), (7, 12), (13, 18)]], [(19, 24)])
     scores = torch.zeros(1, 3, dtype=torch.float64, requires_grad=True)
     gamma = torch.zeros((), dtype=torch.float64, requires_grad=True)
-    plan = InjectionPlan(spans, scores.softmax(-1), torch.sigmoid(gamma), InjectionPlan.heads_by_layer([(2, 1), (3, 0)]))
+    plan = InjectionPlan(
+        spans, scores.softmax(-1), torch.sigmoid(gamma), InjectionPlan.heads_by_layer([(2, 1), (3, 0)])
+    )
     needs_grad = []
     hooks = [
-        layer.register_forward_hook(lambda m, i, o: needs_grad.append(o[0].requires_grad if isinstance(o, tuple) else o.requires_grad))
+        layer.register_forward_hook(
+            lambda m, i, o: needs_grad.append(o[0].requires_grad if isinstance(o, tuple) else o.requires_grad)
+        )
         for layer in tiny_judge.model.layers
     ]
     try:

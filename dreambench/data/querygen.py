@@ -45,6 +45,8 @@ Question:"""
 PROMPT_VERSION = "dream-appendix-a-v1"
 
 _TAGGED = re.compile(r"<question>\s*(.*?)\s*(?:</question>|$)", re.DOTALL | re.IGNORECASE)
+# small models often wrap their question: 'What is the answer to the question: "Why …?"'
+_WRAPPED = re.compile(r"^what is the answer to the question\s*:?\s*[\"'“‘](.+?)[\"'”’]?$", re.IGNORECASE)
 
 
 def parse_question(output: str) -> str | None:
@@ -52,14 +54,20 @@ def parse_question(output: str) -> str | None:
     text = output.strip()
     match = _TAGGED.search(text)
     if match and match.group(1).strip():
-        candidate = match.group(1).strip().splitlines()[0].strip()
+        lines = [match.group(1).strip().splitlines()[0].strip()]
     else:
         lines = [line.strip() for line in text.splitlines() if line.strip()]
-        questions = [line for line in lines if line.endswith("?")]
-        if not questions:
-            return None
-        candidate = questions[0]
-    candidate = re.sub(r"^(question|q)\s*[:.]\s*", "", candidate, flags=re.IGNORECASE).strip()
+    questions = []
+    for line in lines:
+        line = re.sub(r"^(question|q)\s*[:.]\s*", "", line, flags=re.IGNORECASE).strip()
+        while (wrapped := _WRAPPED.match(line)) is not None:
+            line = wrapped.group(1).strip()
+        line = line.strip("\"'“”‘’ ")
+        if line.endswith("?"):
+            questions.append(line)
+    if not questions:
+        return None
+    candidate = questions[0]
     words = candidate.split()
     if len(words) < 3 or len(words) > 64 or "your question here" in candidate.lower():
         return None
@@ -113,7 +121,8 @@ class QueryGenerator:
         todo = sorted({p for p in passages if passage_key(p) not in cached}, key=len)
         if todo:
             self._run(todo, cached)
-        return [cached[passage_key(p)]["query"] for p in passages]
+        # parse at read time: the cache keeps the raw generation, so parser fixes apply to cached entries too
+        return [parse_question(cached[passage_key(p)]["raw"]) for p in passages]
 
     def _run(self, todo: list[str], cached: dict[str, dict]) -> None:
         from ..models.backbones import autocast_dtype, default_device, load_model, load_tokenizer

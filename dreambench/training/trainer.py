@@ -1,0 +1,214 @@
+"""The trainer core: one explicit loop for every trained method (nanoGPT-style).
+
+AdamW (no weight decay on scalars such as τ and γ), linear warmup then linear/cosine decay, gradient
+accumulation, bf16 autocast where the hardware supports it, gradient clipping, seeds, a JSONL log (loss,
+lr, grad norm, tokens/s and the method's own statistics — DREAM's gate g and temperature τ), a progress bar,
+and periodic checkpoints (trainable weights, optimiser, scheduler, RNG states, step, config) that a re-run
+resumes from. Micro-batch ``i`` of the loader is a pure function of ``i``, so a resumed run is identical to
+an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..config import TrainConfig
+from ..models.backbones import autocast_dtype
+from ..workspace import atomic_path
+
+if TYPE_CHECKING:
+    from ..data.loader import TrainingLoader
+    from ..method import TrainedDenseMethod
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = "checkpoint.pt"
+LOG = "train_log.jsonl"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def lr_factor(step: int, config: TrainConfig) -> float:
+    """Multiplier of the base learning rate before optimiser step ``step`` (0-based)."""
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    if config.schedule == "constant":
+        return 1.0
+    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    if config.schedule == "linear":
+        return max(0.0, 1.0 - progress)
+    if config.schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    raise ValueError(f"train.schedule: unknown schedule {config.schedule!r} (linear, cosine, constant)")
+
+
+def trainable_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().cpu().clone() for name, p in module.named_parameters() if p.requires_grad}
+
+
+def load_trainable_state(module: torch.nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
+    params = dict(module.named_parameters())
+    missing = [n for n, p in params.items() if p.requires_grad and n not in state]
+    unknown = [n for n in state if n not in params]
+    if missing or unknown:
+        raise ValueError(
+            f"{source} does not match this model: missing {missing[:3]}, unexpected {unknown[:3]}"
+        )
+    with torch.no_grad():
+        for name, value in state.items():
+            params[name].copy_(value)
+
+
+class Trainer:
+    def __init__(self, method: TrainedDenseMethod, config: TrainConfig, out_dir: Path, run_config: dict[str, Any],
+                 fingerprint: str):  # fmt: skip
+        if config.steps < 1 or config.grad_accum < 1:
+            raise ValueError("train.steps and train.grad_accum must be at least 1")
+        if config.warmup_steps < 0 or config.warmup_steps > config.steps:
+            raise ValueError(
+                f"train.warmup_steps={config.warmup_steps} must lie in [0, train.steps={config.steps}]"
+            )
+        if config.checkpoint_every < 1:
+            raise ValueError("train.checkpoint_every must be at least 1")
+        lr_factor(config.steps, config)  # validates the schedule name before any work
+        self.method = method
+        self.config = config
+        self.out_dir = out_dir
+        self.run_config = run_config
+        self.fingerprint = fingerprint
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    # ---- checkpoints -----------------------------------------------------------------------------------
+    def _save(self, step: int, optimizer, scheduler) -> None:
+        state = {
+            "step": step,
+            "model": trainable_state(self.method.trainable_modules()),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "rng": rng_state(),
+            "config": self.run_config,
+            "fingerprint": self.fingerprint,
+        }
+        with atomic_path(self.out_dir / CHECKPOINT) as tmp:
+            torch.save(state, tmp)
+
+    def _resume(self, optimizer, scheduler) -> int:
+        path = self.out_dir / CHECKPOINT
+        if not path.is_file():
+            return 0
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        if state.get("fingerprint") != self.fingerprint:
+            raise ValueError(f"{path} belongs to a different training configuration; remove it to retrain")
+        load_trainable_state(self.method.trainable_modules(), state["model"], path)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+        log.info("resuming training from step %d (%s)", state["step"], path)
+        return int(state["step"])
+
+    def _truncate_log(self, step: int) -> None:
+        """Keep the log consistent with the checkpoint: drop records of steps that will be redone."""
+        path = self.out_dir / LOG
+        if not path.is_file():
+            return
+        kept = []
+        for line in path.read_text().splitlines():
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    kept.append(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a kill
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(line + "\n" for line in kept))
+
+    # ---- the loop --------------------------------------------------------------------------------------
+    def fit(self, loader: TrainingLoader, on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+        cfg = self.config
+        params = self.method.trainable_parameters()
+        if not params:
+            raise ValueError(f"{self.method.name}: nothing to train")
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay},
+                {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+            ],
+            lr=cfg.lr,
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg))
+        step = self._resume(optimizer, scheduler)
+        self._truncate_log(step)
+        device = self.method.device
+        dtype = autocast_dtype(cfg.precision, device)
+        self.method.trainable_modules().train()
+        bar = tqdm(total=cfg.steps, initial=step, desc=f"train {self.method.name}", unit="step")
+        start = time.perf_counter()
+        with (self.out_dir / LOG).open("a", encoding="utf-8") as log_file:
+            while step < cfg.steps:
+                tick = time.perf_counter()
+                loss_total, tokens, stats_total = 0.0, 0, {}
+                for micro in range(cfg.grad_accum):
+                    batch = loader.batch(step * cfg.grad_accum + micro)
+                    with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                        loss, stats = self.method.compute_loss(batch)
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError(
+                            f"non-finite loss {loss.item()} at step {step}, micro-batch {micro}"
+                        )
+                    (loss / cfg.grad_accum).backward()
+                    loss_total += loss.item() / cfg.grad_accum
+                    tokens += int(stats.pop("tokens", 0))
+                    for key, value in stats.items():
+                        stats_total[key] = stats_total.get(key, 0.0) + value / cfg.grad_accum
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                lr = optimizer.param_groups[0]["lr"]
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                seconds = time.perf_counter() - tick
+                record = {
+                    "step": step, "loss": loss_total, "lr": lr, "grad_norm": float(grad_norm), "seconds": seconds,
+                    "tokens_per_s": tokens / seconds if seconds else 0.0, **stats_total,
+                    **self.method.training_state(),
+                }  # fmt: skip
+                if step % cfg.log_every == 0 or step == cfg.steps:
+                    log_file.write(json.dumps(record) + "\n")
+                    log_file.flush()
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss_total:.4f}", s_step=f"{seconds:.1f}")
+                if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                    self._save(step, optimizer, scheduler)
+                if on_step is not None:
+                    on_step(step)
+        bar.close()
+        return {"steps": step, "seconds_this_run": time.perf_counter() - start}

@@ -1,0 +1,161 @@
+"""DREAM (Tang & Yang): retriever scores injected into query-focused heads of a frozen LLM judge (§3).
+
+Per instance: s_j = e_q·e_{d_j} (Eq. 2), p = softmax(s/τ) with learnable τ (Eq. 3); the judge reads
+``PASSAGES d_1…d_K QUESTION q TARGET PASSAGE y`` with the selected heads' query rows re-weighted by p through
+the gate g = σ(γ) (Eq. 7–9, ``dreambench.attention``); the next-token loss on y alone (Eq. 10) trains the
+retriever's LoRA, τ and γ. The judge stays frozen unless ``judge_lora`` is set (the Fig. 5 ablation).
+Heads come from the QRHead ranking of the judge (§3.2) or, for the Fig. 2 ablation, at random.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from dreambench.attention import InjectionPlan
+from dreambench.data.loader import CandidateBatch
+from dreambench.method import TrainedDenseMethod, register_method
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DreamParams:
+    judge: str = ""  # judge model (alias, hub id or path); "" = the retriever's backbone
+    num_heads: int = 16  # M, the number of selected heads (Table 3 / Fig. 3)
+    head_selection: str = "qrhead"  # qrhead | random | random-middle (Fig. 2)
+    head_seed: int = 0  # for the random strategies
+    gate_init: float = 0.0  # γ at step 0; g = σ(γ) (the paper does not give it; 0 → g = 0.5)
+    tau_init: float = 0.05  # τ at step 0 (learnable; the paper does not give the initial value)
+    judge_lora: bool = False  # Fig. 5: also train LoRA adapters on the judge
+    judge_lora_r: int = 16
+    judge_lora_alpha: int = 32
+    max_doc_tokens: int = 128  # per candidate inside the judge input
+    max_query_tokens: int = 64
+    max_target_tokens: int = 128
+    probe_batch_size: int = 8  # head selection
+
+
+class DreamModules(nn.Module):
+    """Everything that trains: the retriever's LoRA, log τ, γ (and the judge's LoRA in the ablation)."""
+
+    def __init__(self, retriever: nn.Module, tau_init: float, gate_init: float, judge: nn.Module | None):
+        super().__init__()
+        self.retriever = retriever
+        self.log_tau = nn.Parameter(torch.tensor(math.log(tau_init)))
+        self.gamma = nn.Parameter(torch.tensor(float(gate_init)))
+        self.judge = judge  # registered only when it trains (judge-LoRA ablation)
+
+
+@register_method("dream")
+class Dream(TrainedDenseMethod):
+    description = "DREAM: retriever scores injected into query-focused heads of a frozen LLM judge"
+    Params = DreamParams
+    view = "candidates"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        p = self.params
+        if p.tau_init <= 0:
+            raise ValueError(f"methods.dream.tau_init must be positive, got {p.tau_init}")
+        from dreambench.heads import STRATEGIES
+
+        if p.head_selection not in STRATEGIES:
+            raise ValueError(
+                f"methods.dream.head_selection: unknown {p.head_selection!r}; known: {STRATEGIES}"
+            )
+
+    @property
+    def judge_name(self) -> str:
+        return self.params.judge or self.config.model.backbone
+
+    def build(self, data: Any) -> None:
+        from dreambench.heads import load_or_rank_heads, select_heads
+        from dreambench.judge import Judge
+        from dreambench.models.backbones import default_device
+        from dreambench.models.retriever import DenseRetriever
+
+        p = self.params
+        device = default_device()
+        self.retriever = DenseRetriever.from_config(self.config.model, self.workspace, lora=True).to(device)
+        self.judge = Judge.load(self.judge_name, self.workspace).to(device).eval()
+        self.ranking = None
+        if p.head_selection == "qrhead":
+            self.ranking = load_or_rank_heads(
+                self.judge, data.probe, self.workspace, p.probe_batch_size, p.max_doc_tokens, p.max_query_tokens,
+                self.config.train.precision,
+            )  # fmt: skip
+        self.heads = select_heads(
+            p.head_selection,
+            p.num_heads,
+            self.judge.num_layers,
+            self.judge.num_heads,
+            self.ranking,
+            p.head_seed,
+        )
+        self.heads_by_layer = InjectionPlan.heads_by_layer(self.heads, device)
+        if p.judge_lora:  # after head selection: the ranking is always computed on the original judge
+            self.judge = Judge.load(self.judge_name, self.workspace, p.judge_lora_r, p.judge_lora_alpha).to(
+                device
+            )
+        self.modules_ = DreamModules(
+            self.retriever, p.tau_init, p.gate_init, self.judge if p.judge_lora else None
+        ).to(device)
+        log.info(
+            "DREAM: judge %s, %d heads (%s): %s",
+            self.judge_name,
+            len(self.heads),
+            p.head_selection,
+            self.heads,
+        )
+
+    def trainable_modules(self) -> nn.Module:
+        return self.modules_
+
+    @property
+    def tau(self) -> torch.Tensor:
+        return self.modules_.log_tau.exp()
+
+    @property
+    def gate(self) -> torch.Tensor:
+        return torch.sigmoid(self.modules_.gamma)
+
+    def compute_loss(self, batch: CandidateBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        from dreambench.judge import build_judge_inputs
+
+        p = self.params
+        num_docs = len(batch.candidates[0])
+        seen = self.retriever.tokens_embedded
+        queries = self.retriever.embed(batch.queries, "query")  # (B, D)
+        docs = self.retriever.embed([d for row in batch.candidates for d in row], "passage")  # (B·K, D)
+        scores = torch.einsum("bd,bkd->bk", queries, docs.view(len(batch), num_docs, -1))  # Eq. 2 (B, K)
+        weights = torch.softmax(scores / self.tau, dim=-1)  # Eq. 3 p(d_j | q)
+        inputs = build_judge_inputs(
+            self.judge.tokenizer, batch.queries, batch.candidates, batch.targets,
+            p.max_doc_tokens, p.max_query_tokens, p.max_target_tokens,
+        ).to(self.device)  # fmt: skip
+        plan = InjectionPlan(inputs.spans, weights, self.gate, self.heads_by_layer)
+        loss = self.judge.target_loss(inputs, plan)  # Eq. 10
+        target = torch.tensor(batch.target_index, device=weights.device)
+        with torch.no_grad():
+            p_target = weights.gather(1, target[:, None]).mean()
+            hit = (scores.argmax(dim=1) == target).float().mean()
+        tokens = inputs.num_tokens + self.retriever.tokens_embedded - seen  # judge + retriever tokens
+        return loss, {"p_target": float(p_target), "train_top1": float(hit), "tokens": tokens}
+
+    def training_state(self) -> dict[str, float]:
+        return {"gate": self.gate.item(), "tau": self.tau.item()}
+
+    def summary_extra(self) -> dict[str, Any]:
+        summary = {"judge": self.judge_name, "heads": [list(h) for h in self.heads], **self.training_state()}
+        if self.ranking is not None:
+            summary["head_ranking_probe_size"] = self.ranking.probe_size
+        return summary
+
+    def after_training(self) -> None:
+        self.judge = None  # evaluation only needs the retriever

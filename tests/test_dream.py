@@ -1,0 +1,115 @@
+"""DREAM pieces: judge input layout and spans, head selection, and the adapter end to end (smoke profile)."""
+
+import json
+
+import pytest
+import torch
+
+from dreambench.config import apply_overrides
+from dreambench.heads import HeadRanking, HeadScore, rank_heads, select_heads
+from dreambench.judge import build_judge_inputs
+from dreambench.models.backbones import tiny_tokenizer
+from dreambench.profiles import PROFILES, Experiment, Profile
+from dreambench.results import ResultKey
+from dreambench.runner import Runner, plan_jobs
+
+SMOKE = PROFILES.get("smoke").config
+
+
+def test_judge_layout_spans_cover_exactly_each_piece():
+    tok = tiny_tokenizer()
+    inputs = build_judge_inputs(
+        tok, ["why?", "who is it"], [["doc one", "doc two"], ["alpha", "beta gamma"]], ["target a", "tb and more"],
+        max_doc_tokens=100, max_query_tokens=100, max_target_tokens=100,
+    )  # fmt: skip
+    text = [tok.decode(row) for row in inputs.input_ids]
+    assert text[0].startswith("PASSAGES:\n[1] doc one\n[2] doc two\nQUESTION: why?\nTARGET PASSAGE: target a")
+    s = inputs.spans
+    for b, (docs, query, target) in enumerate(
+        [(["doc one", "doc two"], "why?", "target a"), (["alpha", "beta gamma"], "who is it", "tb and more")]
+    ):
+        for j, doc in enumerate(docs):
+            assert tok.decode(inputs.input_ids[b, s.doc_index[b, j][s.doc_mask[b, j]]]) == doc
+        assert tok.decode(inputs.input_ids[b, s.query_index[b][s.query_mask[b]]]) == query
+        assert tok.decode(inputs.input_ids[b, inputs.target_index[b][inputs.target_mask[b]]]) == target
+    lengths = inputs.attention_mask.sum(1)
+    assert lengths.min() < inputs.attention_mask.shape[1]  # the shorter row is right-padded
+    short = int(lengths.argmin())
+    assert (
+        inputs.attention_mask[short, : lengths.min()].all()
+        and not inputs.attention_mask[short, lengths.min() :].any()
+    )
+
+
+def test_truncation_limits_each_piece():
+    tok = tiny_tokenizer()
+    inputs = build_judge_inputs(tok, ["q" * 50], [["d" * 50, "e" * 50]], ["t" * 50], 10, 5, 7)
+    assert int(inputs.spans.doc_mask.sum()) == 20 and int(inputs.spans.query_mask.sum()) == 5
+    assert int(inputs.target_mask.sum()) == 7
+
+
+def test_rank_heads_finds_the_informative_head():
+    from dreambench.data.training import TrainingInstance
+
+    probe = [
+        TrainingInstance(f"p{i}", "q", ("a", "b", "c"), ("x::0", "y::0", "z::0"), i % 3, "x", "t")
+        for i in range(6)
+    ]
+    corrected = torch.randn(6, 2, 3, 3, generator=torch.Generator().manual_seed(0)) * 0.01
+    for n, inst in enumerate(probe):
+        corrected[n, 1, 2, inst.target_index] = 1.0  # layer 1, head 2 always points at the target
+    ranking = rank_heads(corrected, probe, "test")
+    assert (
+        ranking.heads[0].layer == 1
+        and ranking.heads[0].head == 2
+        and ranking.heads[0].score == pytest.approx(1.0)
+    )
+    assert ranking.probe_size == 6 and len(ranking.heads) == 6
+
+
+def test_head_selection_strategies():
+    ranking = HeadRanking(
+        "j", 8, 4, 10, tuple(HeadScore(l, h, 1.0 - 0.01 * (4 * l + h)) for l in range(8) for h in range(4))
+    )
+    assert select_heads("qrhead", 3, 8, 4, ranking) == [(0, 0), (0, 1), (0, 2)]
+    rand = select_heads("random", 5, 8, 4, seed=1)
+    assert len(set(rand)) == 5 and rand == select_heads("random", 5, 8, 4, seed=1) != select_heads(
+        "random", 5, 8, 4, seed=2
+    )
+    middle = select_heads("random-middle", 6, 8, 4, seed=0)
+    assert all(2 <= layer < 6 for layer, _ in middle)
+    with pytest.raises(ValueError, match="between 1 and 32"):
+        select_heads("random", 33, 8, 4)
+    with pytest.raises(ValueError, match="unknown strategy"):
+        select_heads("best", 2, 8, 4)
+
+
+def test_dream_trains_and_evaluates_through_the_runner(workspace):
+    config = apply_overrides(SMOKE, {"methods.dream.num_heads": 4})
+    profile = Profile("smoke", "", config, (Experiment("dream"),))
+    (outcome,) = Runner(workspace).run(plan_jobs(profile, config))
+    assert outcome.status == "computed"
+    payload = json.loads(
+        ResultKey("smoke", "dream", "default", "wiki-desc2lead").json_path(workspace.results_dir).read_text()
+    )
+    training = payload["training"]
+    assert len(training["heads"]) == 4 and training["steps"] == config.train.steps
+    assert {"top1", "mrr"} <= set(training["heldout_before"]) and {"top1", "mrr"} <= set(
+        training["heldout_after"]
+    )
+    assert 0 < training["gate"] < 1 and training["tau"] > 0
+    # evaluating again reuses the trained weights (final.pt), no retraining
+    assert [o.status for o in Runner(workspace, overwrite=True).run(plan_jobs(profile, config))] == [
+        "computed"
+    ]
+    log_lines = (workspace.cache_dir / "checkpoints" / "smoke").glob("dream-*/train_log.jsonl")
+    assert sum(len(p.read_text().splitlines()) for p in log_lines) == config.train.steps
+
+
+def test_bad_dream_params_are_clear_errors(workspace):
+    from dreambench.method import METHODS
+
+    with pytest.raises(ValueError, match="head_selection"):
+        METHODS.get("dream")(apply_overrides(SMOKE, {"methods.dream.head_selection": "best"}), workspace)
+    with pytest.raises(ValueError, match="tau_init"):
+        METHODS.get("dream")(apply_overrides(SMOKE, {"methods.dream.tau_init": 0}), workspace)
