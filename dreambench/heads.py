@@ -88,11 +88,17 @@ def rank_heads(corrected: torch.Tensor, probe: list[TrainingInstance], judge_nam
         _, layer, head = map(int, key.split(":"))
         totals[layer, head] += scores["ndcg_at_10"]
     means = totals / num_probe
-    order = sorted(((float(means[l, h]), l, h) for l in range(num_layers) for h in range(num_heads)),
-                   key=lambda x: (-x[0], x[1], x[2]))  # fmt: skip
+    order = sorted(
+        (
+            (float(means[layer, head]), layer, head)
+            for layer in range(num_layers)
+            for head in range(num_heads)
+        ),
+        key=lambda x: (-x[0], x[1], x[2]),
+    )
     return HeadRanking(
         judge=judge_name, num_layers=num_layers, num_heads=num_heads, probe_size=num_probe,
-        heads=tuple(HeadScore(l, h, s) for s, l, h in order),
+        heads=tuple(HeadScore(layer, head, score) for score, layer, head in order),
     )  # fmt: skip
 
 
@@ -158,9 +164,10 @@ def select_heads(
         return ranking.top(count)
     rng = random.Random(f"heads:{strategy}:{seed}")
     if strategy == "random":
-        pool = [(l, h) for l in range(num_layers) for h in range(num_heads)]
+        pool = [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
     elif strategy == "random-middle":
-        pool = [(l, h) for l in range(num_layers // 4, (3 * num_layers) // 4) for h in range(num_heads)]
+        middle = range(num_layers // 4, (3 * num_layers) // 4)
+        pool = [(layer, head) for layer in middle for head in range(num_heads)]
         if count > len(pool):
             raise ValueError(f"num_heads={count} exceeds the {len(pool)} heads in the middle layers")
     else:

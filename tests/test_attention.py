@@ -37,7 +37,8 @@ def make_inputs(seed=0, dtype=torch.float64):
     return q, k, v, score_logits, gamma
 
 
-def plan_for(score_logits, gamma, heads={0: [1, 4]}) -> InjectionPlan:
+def plan_for(score_logits, gamma, heads=None) -> InjectionPlan:
+    heads = heads if heads is not None else {0: [1, 4]}
     spans = SpanIndex.from_spans(DOC_SPANS, QUERY_SPANS)
     pairs = [(layer, h) for layer, hs in heads.items() for h in hs]
     return InjectionPlan(

@@ -69,7 +69,7 @@ def test_rank_heads_finds_the_informative_head():
 
 def test_head_selection_strategies():
     ranking = HeadRanking(
-        "j", 8, 4, 10, tuple(HeadScore(l, h, 1.0 - 0.01 * (4 * l + h)) for l in range(8) for h in range(4))
+        "j", 8, 4, 10, tuple(HeadScore(ly, h, 1.0 - 0.01 * (4 * ly + h)) for ly in range(8) for h in range(4))
     )
     assert select_heads("qrhead", 3, 8, 4, ranking) == [(0, 0), (0, 1), (0, 2)]
     rand = select_heads("random", 5, 8, 4, seed=1)
