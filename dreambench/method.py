@@ -107,6 +107,10 @@ class Method(abc.ABC):
         """Method-specific facts stored with every result (e.g. a training summary)."""
         return {}
 
+    def geometry(self, data: RetrievalData) -> dict[str, float] | None:
+        """Alignment/uniformity of the last ``retrieve`` on ``data`` (dense methods only)."""
+        return None
+
 
 class LexicalMethod(Method):
     @abc.abstractmethod
@@ -153,8 +157,18 @@ class DenseMethod(Method):
             q = self.encode_queries([data.queries[i] for i in qids])
         with self.timed("encode_corpus_s"):
             d = self.encode_passages([data.corpus[i] for i in dids])
+            self.timings["encode_tokens_per_s"] = self.retriever.last_stats.tokens_per_second
+        self._last_embeddings = (data.name, qids, q, dids, d)
         with self.timed("search_s"):
             return dense_search(q, d, qids, dids, depth, backend=self.config.eval.search_backend)
+
+    def geometry(self, data: RetrievalData) -> dict[str, float] | None:
+        from .evaluation.geometry import alignment_uniformity
+
+        name, qids, q, dids, d = getattr(self, "_last_embeddings", (None,) * 5)
+        if name != data.name:
+            return None
+        return alignment_uniformity(q, d, qids, dids, data.qrels)
 
 
 class TrainedDenseMethod(DenseMethod):

@@ -44,11 +44,41 @@ class Profile:
 
 PROFILES: Registry[Profile] = Registry("profile")
 
-MAIN_METHODS = ("bm25",)
+MAIN_METHODS = ("bm25", "untrained", "dream")
 
 
 def _main_experiments() -> tuple[Experiment, ...]:
     return tuple(Experiment(method) for method in MAIN_METHODS)
+
+
+def _dream_ablations(default_heads: int, default_k: int, datasets: tuple[str, ...]) -> tuple[Experiment, ...]:
+    """DREAM §5–6: head count (Fig. 3), random heads (Fig. 2), candidate count (Fig. 6), judge LoRA (Fig. 5).
+
+    Each is a named delta of the profile's config; the default configuration is the reference row of every
+    ablation table (an experiment whose delta changes nothing reuses the default's trained weights).
+    """
+    only = {"eval.datasets": datasets} if datasets else {}
+    experiments = [
+        Experiment("dream", f"heads-top{n}", {**only, "methods.dream.num_heads": n}, "ablation-head-count",
+                   f"top {n} QRHead heads")
+        for n in (1, 4, 8, 16, 32, 64) if n != default_heads
+    ]  # fmt: skip
+    experiments += [
+        Experiment("dream", "heads-random", {**only, "methods.dream.head_selection": "random"},
+                   "ablation-head-selection", f"{default_heads} heads drawn at random"),
+        Experiment("dream", "heads-random-middle", {**only, "methods.dream.head_selection": "random-middle"},
+                   "ablation-head-selection", f"{default_heads} heads drawn at random from the middle layers"),
+    ]  # fmt: skip
+    experiments += [
+        Experiment("dream", f"candidates-{k}", {**only, "data.num_candidates": k}, "ablation-candidates",
+                   f"K = {k} candidates per instance")
+        for k in (4, 8, 16) if k != default_k
+    ]  # fmt: skip
+    experiments.append(
+        Experiment("dream", "judge-lora", {**only, "methods.dream.judge_lora": True}, "ablation-judge",
+                   "LoRA adapters on the judge are trained too")
+    )  # fmt: skip
+    return tuple(experiments)
 
 
 SMOKE = Profile(
@@ -66,6 +96,7 @@ SMOKE = Profile(
         ),
         train=TrainConfig(steps=4, grad_accum=2, warmup_steps=1, checkpoint_every=2, precision="fp32"),
         eval=EvalConfig(datasets=("wiki-desc2lead",), search_backend="torch"),
+        methods={"dream": {"num_heads": 4, "probe_batch_size": 4}},
     ),
     experiments=_main_experiments(),
 )  # fmt: skip
@@ -87,7 +118,7 @@ MINI = Profile(
             ),
         ),
     ),  # fmt: skip
-    experiments=_main_experiments(),
+    experiments=_main_experiments() + _dream_ablations(16, 8, ("wiki-desc2lead", "nano-scifact", "nano-arguana")),
 )
 
 PAPER = Profile(
@@ -136,8 +167,9 @@ PAPER = Profile(
                 "curev1",
             )
         ),
+        methods={"dream": {"judge": "llama-3.1-8b-instruct"}},
     ),  # fmt: skip
-    experiments=_main_experiments(),
+    experiments=_main_experiments() + _dream_ablations(16, 16, ()),
 )
 
 for _profile in (SMOKE, MINI, PAPER):

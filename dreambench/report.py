@@ -81,6 +81,8 @@ def results_frame(results_dir: Path, profile: str) -> pd.DataFrame:
                     "subsampled": payload.get("subsample") is not None,
                     "backbone": payload["config"]["model"]["backbone"],
                     "params": payload["config"].get("methods", {}).get(payload["method"], {}),
+                    "alignment": (payload.get("geometry") or {}).get("alignment"),
+                    "uniformity": (payload.get("geometry") or {}).get("uniformity"),
                     "git": (payload.get("git") or {}).get("commit"),
                     "created": payload.get("created"),
                 }
@@ -93,9 +95,18 @@ def _row_label(method: str, experiment: str) -> str:
 
 
 def score_table(frame: pd.DataFrame, metric: str = "ndcg_at_10", group: str | None = "main") -> pd.DataFrame:
+    """Rows = method/experiment, columns = datasets (+ average over the datasets every row has).
+
+    An ablation group's table also shows the default experiment of the same method (its reference row),
+    on the ablation's datasets.
+    """
     sub = frame[frame.metric == metric]
     if group is not None:
-        sub = sub[sub.group == group]
+        members = sub[sub.group == group]
+        if group != "main" and not members.empty:
+            reference = sub[(sub.group == "main") & (sub.experiment == "default") & sub.method.isin(set(members.method))]
+            members = pd.concat([reference[reference.dataset.isin(set(members.dataset))], members])
+        sub = members
     if sub.empty:
         return pd.DataFrame()
     sub = sub.assign(row=[_row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
@@ -146,6 +157,42 @@ def paper_table(frame: pd.DataFrame) -> pd.DataFrame:
     return sub.pivot_table(index="row", columns="task", values="ndcg_at_10", aggfunc="first")
 
 
+def geometry_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Mean alignment and uniformity per method/experiment of the main group, over the datasets it ran on."""
+    sub = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main") & frame.alignment.notna()]
+    if sub.empty:
+        return pd.DataFrame()
+    sub = sub.assign(row=[_row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
+    return sub.groupby("row")[["alignment", "uniformity"]].mean()
+
+
+def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
+    """Alignment (x) vs uniformity (y), one point per method and dataset, larger markers for method means."""
+    sub = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main") & frame.alignment.notna()]
+    if sub.empty:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    labels = sorted({_row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)})
+    for i, label in enumerate(labels):
+        rows = sub[[_row_label(m, e) == label for m, e in zip(sub.method, sub.experiment, strict=True)]]
+        color = f"C{i}"
+        ax.scatter(rows.alignment, rows.uniformity, s=18, alpha=0.45, color=color)
+        ax.scatter(rows.alignment.mean(), rows.uniformity.mean(), s=90, color=color, edgecolor="black", label=label)
+    ax.set_xlabel("alignment  E‖f(q) − f(d⁺)‖²  (lower is better)")
+    ax.set_ylabel("uniformity  log E exp(−2‖f(x) − f(y)‖²)  (lower is better)")
+    ax.set_title("Embedding geometry (small: per dataset; large: mean)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return True
+
+
 def _markdown(table: pd.DataFrame) -> str:
     return table.to_markdown(floatfmt=".4f") if not table.empty else "_(no results)_"
 
@@ -185,6 +232,12 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     sections += ["## NDCG@10", "", _markdown(main), "", "## Recall@100", "", _markdown(recall), ""]
     for group in sorted(set(frame.group) - {"main"}):
         sections += [f"## Ablation: {group} (NDCG@10)", "", _markdown(score_table(frame, group=group)), ""]
+    geometry = geometry_table(frame)
+    if not geometry.empty:
+        plotted = plot_geometry(frame, out / "geometry.png")
+        sections += ["## Embedding geometry (alignment / uniformity, lower is better)", "", _markdown(geometry), ""]
+        if plotted:
+            sections += ["![alignment vs uniformity](geometry.png)", ""]
     checks = reference_checks(frame)
     if checks:
         sections += ["## Reproduction checks", "", "```", *checks, "```", ""]

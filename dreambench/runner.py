@@ -125,7 +125,7 @@ def evaluate_method(method: Method, data: RetrievalData, config: RunConfig) -> d
     """Retrieve, evaluate and return scores, per-query scores, the run and counts (forums averaged)."""
     ev = config.eval
     parts = data.parts or [data]
-    part_scores, per_query, merged_run = [], {}, {}
+    part_scores, per_query, merged_run, geometry = [], {}, {}, []
     num_queries = num_missing = num_docs = 0
     for part in parts:
         run = method.retrieve(part, ev.depth + 1 if ev.ignore_identical_ids else ev.depth)
@@ -133,6 +133,9 @@ def evaluate_method(method: Method, data: RetrievalData, config: RunConfig) -> d
             run = drop_identical_ids(run)
         run = top_k(run, ev.depth)
         result = evaluate(part.qrels, run, ignore_identical_ids=ev.ignore_identical_ids)
+        shape = method.geometry(part)
+        if shape is not None:
+            geometry.append(shape)
         prefix = f"{part.name.split('/', 1)[1]}/" if data.parts else ""
         part_scores.append(result.scores)
         per_query.update({prefix + q: s for q, s in result.per_query.items()})
@@ -152,6 +155,13 @@ def evaluate_method(method: Method, data: RetrievalData, config: RunConfig) -> d
             "subsample": data.subsample,
             "source": data.source,
             "parts": [p.name for p in data.parts] or None,
+            "geometry": {
+                "alignment": sum(g["alignment"] for g in geometry) / len(geometry),
+                "uniformity": sum(g["uniformity"] for g in geometry) / len(geometry),
+                "pairs": sum(g["pairs"] for g in geometry),
+            }
+            if geometry
+            else None,
         },
     }
 
