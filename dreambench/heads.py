@@ -173,3 +173,38 @@ def select_heads(
     else:
         raise ValueError(f"head_selection: unknown strategy {strategy!r}; known: {STRATEGIES}")
     return sorted(rng.sample(pool, count))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dreambench.heads [--profile mini] [--top 16]``: rank (or load) the judge's heads and print them."""
+    import argparse
+
+    from .config import apply_overrides, parse_cli_overrides
+    from .data.training import load_training_data
+    from .profiles import DEFAULT_PROFILE, PROFILES
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--profile", default=DEFAULT_PROFILE)
+    parser.add_argument("--top", type=int, default=16)
+    parser.add_argument("--cache-dir")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = apply_overrides(PROFILES.get(args.profile).config, parse_cli_overrides(args.set), where="--set")
+    workspace = Workspace.resolve(cache_dir=args.cache_dir)
+    params = config.methods.get("dream", {})
+    judge = Judge.load(params.get("judge") or config.model.backbone, workspace)
+    probe = load_training_data(config, workspace).probe
+    ranking = load_or_rank_heads(
+        judge, probe, workspace, int(params.get("probe_batch_size", 8)), int(params.get("max_doc_tokens", 128)),
+        int(params.get("max_query_tokens", 64)), config.train.precision,
+    )  # fmt: skip
+    print(f"{ranking.judge}: {ranking.num_layers} layers × {ranking.num_heads} heads, probe size {ranking.probe_size}")
+    print("rank  (layer, head)  NDCG@10")
+    for rank, head in enumerate(ranking.heads[: args.top], 1):
+        print(f"{rank:>4}  ({head.layer:>2}, {head.head:>2})     {head.score:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
