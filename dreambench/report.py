@@ -79,7 +79,7 @@ def results_frame(results_dir: Path, profile: str) -> pd.DataFrame:
                     "num_queries": payload.get("num_queries"),
                     "num_docs": payload.get("num_docs"),
                     "subsampled": payload.get("subsample") is not None,
-                    "backbone": payload["config"]["model"]["backbone"],
+                    "backbone": payload["config"]["model"]["backbone"] if payload.get("kind") != "lexical" else "-",
                     "params": payload["config"].get("methods", {}).get(payload["method"], {}),
                     "alignment": (payload.get("geometry") or {}).get("alignment"),
                     "uniformity": (payload.get("geometry") or {}).get("uniformity"),
@@ -214,7 +214,7 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     frame.drop(columns=["params"]).to_csv(out / "results_long.csv", index=False, float_format="%.6f")
 
     sections = [f"# dreambench report — profile `{profile}`", ""]
-    backbones = sorted(set(frame.backbone))
+    backbones = sorted(set(frame.backbone) - {"-"}) or ["none (lexical methods only)"]
     sections += [
         f"Backbone(s): {', '.join(backbones)}. Metric: NDCG@10 (pytrec_eval; doc == query id ignored).",
         "",

@@ -10,7 +10,7 @@ from typing import Any
 
 from .config import RunConfig, fingerprint, to_jsonable
 from .evaluation.metrics import MEASURES, drop_identical_ids, evaluate, top_k
-from .method import METHODS, Method
+from .method import METHODS, LexicalMethod, Method
 from .profiles import Experiment, Profile
 from .results import ResultKey, cached_result, write_result
 from .tasks import (
@@ -52,9 +52,8 @@ def plan_jobs(
     """Jobs for the profile's experiments, filtered by method / experiment names; validates every name."""
     for name in methods or ():
         METHODS.get(name)  # raises with a did-you-mean hint
-    chosen_datasets = tuple(datasets) if datasets else base_config.eval.datasets
-    for name in chosen_datasets:
-        TASKS.get(name)
+    for name in datasets or ():
+        TASKS.get(name)  # raises with a did-you-mean hint
     selected: list[Experiment] = []
     for exp in profile.experiments:
         if methods and exp.method not in methods:
@@ -75,7 +74,11 @@ def plan_jobs(
     jobs = []
     for exp in selected:
         METHODS.get(exp.method)
-        jobs.append(Job(exp, exp.resolve(base_config), chosen_datasets))
+        config = exp.resolve(base_config)
+        chosen = tuple(datasets) if datasets else config.eval.datasets  # an experiment may narrow its datasets
+        for name in chosen:
+            TASKS.get(name)
+        jobs.append(Job(exp, config, chosen))
     return jobs
 
 
@@ -260,6 +263,7 @@ class Runner:
                     extra={
                         **result["extra"],
                         **method.result_extra(),
+                        "kind": "lexical" if isinstance(method, LexicalMethod) else "dense",
                         "experiment_group": exp.group,
                         "overrides": dict(exp.overrides),
                     },

@@ -126,3 +126,16 @@ def test_cli_list_dry_run_and_bad_names(tiny_dataset, workspace, capsys):
     assert "did you mean 'bm25'" in capsys.readouterr().err
     assert run_all.main([*args, "--set", "train.stpes=3"]) == 2
     assert "did you mean 'steps'" in capsys.readouterr().err
+
+
+def test_experiment_may_narrow_its_datasets(tiny_dataset, workspace):
+    cfg = RunConfig(profile="t", eval=EvalConfig(datasets=("scifact", "arguana")))
+    prof = Profile(
+        "t", "", cfg,
+        (Experiment("test-overlap"), Experiment("test-overlap", "narrow", {"eval.datasets": ("scifact",)}, "ablation-x")),
+    )  # fmt: skip
+    jobs = plan_jobs(prof, cfg)
+    assert [j.datasets for j in jobs] == [("scifact", "arguana"), ("scifact",)]
+    assert [j.datasets for j in plan_jobs(prof, cfg, datasets=["arguana"])] == [("arguana",), ("arguana",)]
+    with pytest.raises(ValueError, match="unknown experiment"):
+        plan_jobs(prof, cfg, experiments=["wide"])
