@@ -199,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         judge, probe, workspace, int(params.get("probe_batch_size", 8)), int(params.get("max_doc_tokens", 128)),
         int(params.get("max_query_tokens", 64)), config.train.precision,
     )  # fmt: skip
-    print(f"{ranking.judge}: {ranking.num_layers} layers × {ranking.num_heads} heads, probe size {ranking.probe_size}")
+    print(
+        f"{ranking.judge}: {ranking.num_layers} layers × {ranking.num_heads} heads, probe size {ranking.probe_size}"
+    )
     print("rank  (layer, head)  NDCG@10")
     for rank, head in enumerate(ranking.heads[: args.top], 1):
         print(f"{rank:>4}  ({head.layer:>2}, {head.head:>2})     {head.score:.4f}")

@@ -233,6 +233,7 @@ class TrainedDenseMethod(DenseMethod):
                 torch.save(trainable_state(self.trainable_modules()), tmp)
             write_json_atomic(out_dir / "summary.json", self.training_summary)
         self.after_training()
+        self.retriever.merge_lora()  # evaluation only encodes from here on
         self.retriever.eval()
 
     def _summarise(self, out_dir: Path, data: Any, before: dict[str, float]) -> dict[str, Any]:

@@ -118,7 +118,8 @@ MINI = Profile(
             ),
         ),
     ),  # fmt: skip
-    experiments=_main_experiments() + _dream_ablations(16, 8, ("wiki-desc2lead", "nano-scifact", "nano-arguana")),
+    experiments=_main_experiments()
+    + _dream_ablations(16, 8, ("wiki-desc2lead", "nano-scifact", "nano-arguana")),
 )
 
 PAPER = Profile(

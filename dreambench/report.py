@@ -79,7 +79,9 @@ def results_frame(results_dir: Path, profile: str) -> pd.DataFrame:
                     "num_queries": payload.get("num_queries"),
                     "num_docs": payload.get("num_docs"),
                     "subsampled": payload.get("subsample") is not None,
-                    "backbone": payload["config"]["model"]["backbone"] if payload.get("kind") != "lexical" else "-",
+                    "backbone": payload["config"]["model"]["backbone"]
+                    if payload.get("kind") != "lexical"
+                    else "-",
                     "params": payload["config"].get("methods", {}).get(payload["method"], {}),
                     "alignment": (payload.get("geometry") or {}).get("alignment"),
                     "uniformity": (payload.get("geometry") or {}).get("uniformity"),
@@ -104,7 +106,9 @@ def score_table(frame: pd.DataFrame, metric: str = "ndcg_at_10", group: str | No
     if group is not None:
         members = sub[sub.group == group]
         if group != "main" and not members.empty:
-            reference = sub[(sub.group == "main") & (sub.experiment == "default") & sub.method.isin(set(members.method))]
+            reference = sub[
+                (sub.group == "main") & (sub.experiment == "default") & sub.method.isin(set(members.method))
+            ]
             members = pd.concat([reference[reference.dataset.isin(set(members.dataset))], members])
         sub = members
     if sub.empty:
@@ -182,7 +186,9 @@ def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
         rows = sub[[_row_label(m, e) == label for m, e in zip(sub.method, sub.experiment, strict=True)]]
         color = f"C{i}"
         ax.scatter(rows.alignment, rows.uniformity, s=18, alpha=0.45, color=color)
-        ax.scatter(rows.alignment.mean(), rows.uniformity.mean(), s=90, color=color, edgecolor="black", label=label)
+        ax.scatter(
+            rows.alignment.mean(), rows.uniformity.mean(), s=90, color=color, edgecolor="black", label=label
+        )
     ax.set_xlabel("alignment  E‖f(q) − f(d⁺)‖²  (lower is better)")
     ax.set_ylabel("uniformity  log E exp(−2‖f(x) − f(y)‖²)  (lower is better)")
     ax.set_title("Embedding geometry (small: per dataset; large: mean)")
@@ -235,7 +241,12 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     geometry = geometry_table(frame)
     if not geometry.empty:
         plotted = plot_geometry(frame, out / "geometry.png")
-        sections += ["## Embedding geometry (alignment / uniformity, lower is better)", "", _markdown(geometry), ""]
+        sections += [
+            "## Embedding geometry (alignment / uniformity, lower is better)",
+            "",
+            _markdown(geometry),
+            "",
+        ]
         if plotted:
             sections += ["![alignment vs uniformity](geometry.png)", ""]
     checks = reference_checks(frame)
@@ -251,7 +262,7 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         ]
     counts = frame[frame.metric == "ndcg_at_10"].groupby("dataset")[["num_queries", "num_docs"]].first()
     sections += ["## Datasets", "", _markdown(counts), ""]
-    commits = sorted({c for c in frame.git if c})
+    commits = sorted({c for c in frame.git if isinstance(c, str)})
     sections += [f"Results from commit(s): {', '.join(c[:10] for c in commits) or 'unknown'}.", ""]
     report = out / "report.md"
     report.write_text("\n".join(sections))

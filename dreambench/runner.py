@@ -75,7 +75,9 @@ def plan_jobs(
     for exp in selected:
         METHODS.get(exp.method)
         config = exp.resolve(base_config)
-        chosen = tuple(datasets) if datasets else config.eval.datasets  # an experiment may narrow its datasets
+        chosen = (
+            tuple(datasets) if datasets else config.eval.datasets
+        )  # an experiment may narrow its datasets
         for name in chosen:
             TASKS.get(name)
         jobs.append(Job(exp, config, chosen))

@@ -106,6 +106,19 @@ def test_dream_trains_and_evaluates_through_the_runner(workspace):
     assert sum(len(p.read_text().splitlines()) for p in log_lines) == config.train.steps
 
 
+@pytest.mark.parametrize("method", ["infonce", "untrained"])
+def test_other_dense_methods_run_through_the_runner(workspace, method):
+    profile = Profile("smoke", "", SMOKE, (Experiment(method),))
+    (outcome,) = Runner(workspace).run(plan_jobs(profile, SMOKE))
+    assert outcome.status == "computed" and 0.0 <= outcome.scores["ndcg_at_10"] <= 1.0
+    payload = json.loads(
+        ResultKey("smoke", method, "default", "wiki-desc2lead").json_path(workspace.results_dir).read_text()
+    )
+    assert payload["geometry"]["pairs"] > 0 and payload["kind"] == "dense"
+    if method == "infonce":
+        assert payload["training"]["steps"] == SMOKE.train.steps
+
+
 def test_bad_dream_params_are_clear_errors(workspace):
     from dreambench.method import METHODS
 

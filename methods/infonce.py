@@ -1,0 +1,60 @@
+"""InfoNCE (DREAM §4.1 baseline): the target chunk is the positive, the other candidates of its set the
+negatives — same data and candidate pool as DREAM, no mined negatives, so the two differ only in the loss."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from dreambench.data.loader import CandidateBatch
+from dreambench.method import TrainedDenseMethod, register_method
+
+
+@dataclass(frozen=True)
+class InfoNCEParams:
+    temperature: float = 0.05  # fixed, as in common contrastive retriever training
+
+
+@register_method("infonce")
+class InfoNCE(TrainedDenseMethod):
+    description = "contrastive: target = positive, other candidates of the set = negatives"
+    Params = InfoNCEParams
+    view = "candidates"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.params.temperature > 0:
+            raise ValueError(f"methods.infonce.temperature must be positive, got {self.params.temperature}")
+
+    def build(self, data: Any) -> None:
+        from dreambench.models.backbones import default_device
+        from dreambench.models.retriever import DenseRetriever
+
+        self.retriever = DenseRetriever.from_config(self.config.model, self.workspace, lora=True).to(
+            default_device()
+        )
+
+    def trainable_modules(self) -> nn.Module:
+        return self.retriever
+
+    def compute_loss(self, batch: CandidateBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        num_docs = len(batch.candidates[0])
+        seen = self.retriever.tokens_embedded
+        queries = self.retriever.embed(batch.queries, "query")  # (B, D)
+        docs = self.retriever.embed([d for row in batch.candidates for d in row], "passage")  # (B·K, D)
+        scores = torch.einsum("bd,bkd->bk", queries, docs.view(len(batch), num_docs, -1))  # (B, K)
+        target = torch.tensor(batch.target_index, device=scores.device)
+        loss = nn.functional.cross_entropy(scores / self.params.temperature, target)
+        with torch.no_grad():
+            hit = (scores.argmax(dim=1) == target).float().mean()
+        return loss, {"train_top1": float(hit), "tokens": self.retriever.tokens_embedded - seen}
+
+    def summary_extra(self) -> dict[str, Any]:
+        return {
+            "temperature": self.params.temperature,
+            "chance_loss": math.log(self.config.data.num_candidates),
+        }
