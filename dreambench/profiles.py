@@ -44,7 +44,7 @@ class Profile:
 
 PROFILES: Registry[Profile] = Registry("profile")
 
-MAIN_METHODS = ("bm25", "untrained", "dream")
+MAIN_METHODS = ("bm25", "untrained", "infonce", "dream")
 
 
 def _main_experiments() -> tuple[Experiment, ...]:

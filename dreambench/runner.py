@@ -206,7 +206,15 @@ class Runner:
         for job in jobs:
             method = METHODS.get(job.experiment.method)(job.config, self.workspace, job.experiment.name)
             outcomes, pending = self._pending(job, method)
-            train = " (trains first)" if method.trainable and pending else ""
+            train = ""
+            if method.trainable and pending:
+                folder = method.checkpoint_dir()
+                if (folder / "final.pt").is_file():
+                    train = " (trained weights cached)"
+                elif (folder / "checkpoint.pt").is_file():
+                    train = " (resumes training from its last checkpoint)"
+                else:
+                    train = f" (trains first: {job.config.train.steps} steps)"
             lines.append(f"{job.experiment.method}/{job.experiment.name}{train}:")
             for o in outcomes:
                 lines.append(

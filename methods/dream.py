@@ -129,11 +129,8 @@ class Dream(TrainedDenseMethod):
         from dreambench.judge import build_judge_inputs
 
         p = self.params
-        num_docs = len(batch.candidates[0])
         seen = self.retriever.tokens_embedded
-        queries = self.retriever.embed(batch.queries, "query")  # (B, D)
-        docs = self.retriever.embed([d for row in batch.candidates for d in row], "passage")  # (B·K, D)
-        scores = torch.einsum("bd,bkd->bk", queries, docs.view(len(batch), num_docs, -1))  # Eq. 2 (B, K)
+        scores = self.retriever.candidate_scores(batch.queries, batch.candidates)  # Eq. 2 (B, K)
         weights = torch.softmax(scores / self.tau, dim=-1)  # Eq. 3 p(d_j | q)
         inputs = build_judge_inputs(
             self.judge.tokenizer, batch.queries, batch.candidates, batch.targets,

@@ -42,11 +42,8 @@ class InfoNCE(TrainedDenseMethod):
         return self.retriever
 
     def compute_loss(self, batch: CandidateBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        num_docs = len(batch.candidates[0])
         seen = self.retriever.tokens_embedded
-        queries = self.retriever.embed(batch.queries, "query")  # (B, D)
-        docs = self.retriever.embed([d for row in batch.candidates for d in row], "passage")  # (B·K, D)
-        scores = torch.einsum("bd,bkd->bk", queries, docs.view(len(batch), num_docs, -1))  # (B, K)
+        scores = self.retriever.candidate_scores(batch.queries, batch.candidates)  # (B, K)
         target = torch.tensor(batch.target_index, device=scores.device)
         loss = nn.functional.cross_entropy(scores / self.params.temperature, target)
         with torch.no_grad():

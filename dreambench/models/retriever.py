@@ -129,6 +129,15 @@ class DenseRetriever(nn.Module):
         self.tokens_embedded += int(batch["attention_mask"].sum())
         return self(**batch)
 
+    def candidate_scores(self, queries: list[str], candidates: list[list[str]]) -> torch.Tensor:
+        """s(q, d_j) = e_q·e_{d_j} for each query and its K candidates (DREAM Eq. 2), with gradients → (B, K)."""
+        num_docs = len(candidates[0])
+        if any(len(row) != num_docs for row in candidates):
+            raise ValueError("every query needs the same number of candidates")
+        q = self.embed(queries, "query")  # (B, D)
+        d = self.embed([doc for row in candidates for doc in row], "passage")  # (B·K, D)
+        return torch.einsum("bd,bkd->bk", q, d.view(len(queries), num_docs, -1))
+
     @torch.inference_mode()
     def encode(
         self, texts: list[str], kind: str, batch_size: int | None = None, progress: bool = True
