@@ -161,18 +161,27 @@ def paper_table(frame: pd.DataFrame) -> pd.DataFrame:
     return sub.pivot_table(index="row", columns="task", values="ndcg_at_10", aggfunc="first")
 
 
-def geometry_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Mean alignment and uniformity per method/experiment of the main group, over the datasets it ran on."""
+def _geometry_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Main-group results with geometry, restricted to the datasets every such method has (fair means)."""
     sub = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main") & frame.alignment.notna()]
     if sub.empty:
-        return pd.DataFrame()
+        return sub
     sub = sub.assign(row=[_row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
+    common = set.intersection(*(set(g.dataset) for _, g in sub.groupby("row")))
+    return sub[sub.dataset.isin(common)] if common else sub
+
+
+def geometry_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Mean alignment and uniformity per method/experiment of the main group, over their common datasets."""
+    sub = _geometry_rows(frame)
+    if sub.empty:
+        return pd.DataFrame()
     return sub.groupby("row")[["alignment", "uniformity"]].mean()
 
 
 def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
     """Alignment (x) vs uniformity (y), one point per method and dataset, larger markers for method means."""
-    sub = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main") & frame.alignment.notna()]
+    sub = _geometry_rows(frame)
     if sub.empty:
         return False
     import matplotlib
@@ -181,9 +190,8 @@ def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    labels = sorted({_row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)})
-    for i, label in enumerate(labels):
-        rows = sub[[_row_label(m, e) == label for m, e in zip(sub.method, sub.experiment, strict=True)]]
+    for i, label in enumerate(sorted(set(sub.row))):
+        rows = sub[sub.row == label]
         color = f"C{i}"
         ax.scatter(rows.alignment, rows.uniformity, s=18, alpha=0.45, color=color)
         ax.scatter(
@@ -200,7 +208,9 @@ def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
 
 
 def _markdown(table: pd.DataFrame) -> str:
-    return table.to_markdown(floatfmt=".4f") if not table.empty else "_(no results)_"
+    if table.empty:
+        return "_(no results)_"
+    return table.astype(object).where(table.notna(), None).to_markdown(floatfmt=".4f", missingval="–")
 
 
 def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
@@ -242,7 +252,7 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     if not geometry.empty:
         plotted = plot_geometry(frame, out / "geometry.png")
         sections += [
-            "## Embedding geometry (alignment / uniformity, lower is better)",
+            "## Embedding geometry (alignment / uniformity, lower is better; means over the datasets all share)",
             "",
             _markdown(geometry),
             "",

@@ -40,6 +40,7 @@ def test_unknown_backend_is_a_clear_error(workspace):
 
 
 @pytest.mark.java
+@pytest.mark.slow
 @pytest.mark.skipif(not (SHARED_DATASETS / "scifact").is_dir(), reason="shared BEIR datasets not present")
 def test_reproduces_anserini_scifact(tmp_path):
     """Anserini's published BEIR regression: BM25 flat on SciFact, nDCG@10 = 0.6789."""
