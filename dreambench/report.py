@@ -4,6 +4,7 @@ Outputs under ``<reports-dir>/<profile>/``:
 
 * ``main_table.{md,csv,tex}`` — NDCG@10, one row per method/experiment of the main group, one column per
   dataset, plus the average over the datasets every row has;
+* ``training.csv`` — per trained method/experiment: steps, time, loss, held-out top-1/MRR before and after;
 * ``results_long.csv`` — every stored score (method, experiment, dataset, metric, value, queries, docs);
 * ``report.md`` — the tables, reproduction checks against published reference numbers ([OK]/[FAIL]), the
   DREAM paper's numbers side by side (``shared/reference/dream_paper_ndcg10.csv``), and provenance.
@@ -207,6 +208,29 @@ def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
     return True
 
 
+def training_table(results_dir: Path, profile: str) -> pd.DataFrame:
+    """One row per trained method/experiment: budget, loss, and the held-out ranking of the target among K."""
+    rows = {}
+    for payload in iter_results(results_dir, profile):
+        summary = payload.get("training")
+        if not summary:
+            continue
+        before, after = summary.get("heldout_before") or {}, summary.get("heldout_after") or {}
+        rows[_row_label(payload["method"], payload["experiment"])] = {
+            "steps": summary.get("steps"),
+            "train min": round(summary["train_seconds"] / 60, 1) if summary.get("train_seconds") else None,
+            "first loss": summary.get("first_loss"),
+            "final loss": summary.get("final_loss"),
+            "held-out top-1 before": before.get("top1"),
+            "held-out top-1 after": after.get("top1"),
+            "held-out MRR before": before.get("mrr"),
+            "held-out MRR after": after.get("mrr"),
+            "chance top-1": after.get("chance_top1"),
+            "held-out instances": after.get("instances"),
+        }
+    return pd.DataFrame.from_dict(rows, orient="index").sort_index() if rows else pd.DataFrame()
+
+
 def _markdown(table: pd.DataFrame) -> str:
     if table.empty:
         return "_(no results)_"
@@ -248,6 +272,15 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     sections += ["## NDCG@10", "", _markdown(main), "", "## Recall@100", "", _markdown(recall), ""]
     for group in sorted(set(frame.group) - {"main"}):
         sections += [f"## Ablation: {group} (NDCG@10)", "", _markdown(score_table(frame, group=group)), ""]
+    training = training_table(results_dir, profile)
+    if not training.empty:
+        training.to_csv(out / "training.csv", float_format="%.4f")
+        sections += [
+            "## Training (held-out instances in the training format: is the target ranked first among K?)",
+            "",
+            _markdown(training),
+            "",
+        ]
     geometry = geometry_table(frame)
     if not geometry.empty:
         plotted = plot_geometry(frame, out / "geometry.png")
