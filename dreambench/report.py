@@ -231,10 +231,18 @@ def training_table(results_dir: Path, profile: str) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index").sort_index() if rows else pd.DataFrame()
 
 
-def _markdown(table: pd.DataFrame) -> str:
+def _average_note(table: pd.DataFrame) -> list[str]:
+    """A line naming the datasets the ``average`` column is taken over (those every row has)."""
+    if "average" not in table.columns:
+        return []
+    shared = [c for c in table.columns if c != "average" and table[c].notna().all()]
+    return [f"`average`: mean over {', '.join(shared)} (the datasets every row has).", ""]
+
+
+def _markdown(table: pd.DataFrame, floatfmt: str | tuple[str, ...] = ".4f") -> str:
     if table.empty:
         return "_(no results)_"
-    return table.astype(object).where(table.notna(), None).to_markdown(floatfmt=".4f", missingval="–")
+    return table.astype(object).where(table.notna(), None).to_markdown(floatfmt=floatfmt, missingval="–")
 
 
 def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
@@ -269,16 +277,18 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
             "run the full datasets by name (e.g. `--datasets scifact`).",
             "",
         ]
-    sections += ["## NDCG@10", "", _markdown(main), "", "## Recall@100", "", _markdown(recall), ""]
+    sections += ["## NDCG@10", "", _markdown(main), "", *_average_note(main)]
+    sections += ["## Recall@100", "", _markdown(recall), "", *_average_note(recall)]
     for group in sorted(set(frame.group) - {"main"}):
-        sections += [f"## Ablation: {group} (NDCG@10)", "", _markdown(score_table(frame, group=group)), ""]
+        table = score_table(frame, group=group)
+        sections += [f"## Ablation: {group} (NDCG@10)", "", _markdown(table), "", *_average_note(table)]
     training = training_table(results_dir, profile)
     if not training.empty:
         training.to_csv(out / "training.csv", float_format="%.4f")
         sections += [
             "## Training (held-out instances in the training format: is the target ranked first among K?)",
             "",
-            _markdown(training),
+            _markdown(training, ("", "g", ".1f") + (".4f",) * (len(training.columns) - 2)),
             "",
         ]
     geometry = geometry_table(frame)

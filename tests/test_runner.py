@@ -3,13 +3,14 @@
 import json
 from dataclasses import dataclass
 
+import pandas as pd
 import pytest
 
 import run_all
 from dreambench.config import EvalConfig, RunConfig
 from dreambench.method import METHODS, LexicalMethod, register_method
 from dreambench.profiles import Experiment, Profile
-from dreambench.report import render
+from dreambench.report import _average_note, _markdown, render, score_table
 from dreambench.results import ResultKey, read_run_file
 from dreambench.runner import Runner, plan_jobs
 
@@ -139,3 +140,25 @@ def test_experiment_may_narrow_its_datasets(tiny_dataset, workspace):
     assert [j.datasets for j in plan_jobs(prof, cfg, datasets=["arguana"])] == [("arguana",), ("arguana",)]
     with pytest.raises(ValueError, match="unknown experiment"):
         plan_jobs(prof, cfg, experiments=["wide"])
+
+
+def test_average_covers_only_the_datasets_every_row_has():
+    rows = [("a", "d1", 0.2), ("a", "d2", 0.4), ("a", "d3", 0.9), ("b", "d1", 0.6), ("b", "d2", 0.8)]
+    frame = pd.DataFrame(
+        [
+            {
+                "method": m,
+                "experiment": "default",
+                "group": "main",
+                "dataset": d,
+                "metric": "ndcg_at_10",
+                "value": v,
+            }
+            for m, d, v in rows
+        ]
+    )
+    table = score_table(frame)
+    assert table.loc["a", "average"] == pytest.approx(0.3) and table.loc["b", "average"] == pytest.approx(0.7)
+    assert _average_note(table)[0] == "`average`: mean over d1, d2 (the datasets every row has)."
+    text = _markdown(table)
+    assert "–" in text.splitlines()[-1] and "nan" not in text  # b has no d3
