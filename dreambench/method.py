@@ -143,6 +143,13 @@ class DenseMethod(Method):
         deps["search_backend"] = self.config.eval.search_backend
         return deps
 
+    def load_retriever(self, lora: bool) -> DenseRetriever:
+        """The profile's backbone as a retriever on the default device (with fresh LoRA adapters to train)."""
+        from .models.backbones import default_device
+        from .models.retriever import DenseRetriever
+
+        return DenseRetriever.from_config(self.config.model, self.workspace, lora=lora).to(default_device())
+
     def encode_queries(self, texts: list[str]) -> torch.Tensor:
         return self.retriever.encode(texts, kind="query")
 

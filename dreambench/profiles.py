@@ -106,8 +106,8 @@ MINI = Profile(
     description="offline CPU default: SmolLM2-135M-Instruct backbone and judge, Wikipedia leads, nano corpora",
     config=RunConfig(
         profile="mini",
-        # 100 steps × 4 instances is 1/120 of the paper's sample budget: at the paper's lr (1e-4) neither
-        # InfoNCE nor DREAM moves the held-out ranking in that budget; at 1e-3 both do (README, "Budgets").
+        # 100 steps × 4 instances is 1/120 of the paper's sample budget: at the paper's lr (1e-4) DREAM does
+        # not improve the held-out ranking in that budget; at 1e-3 DREAM and InfoNCE do (README, "Budgets").
         train=TrainConfig(lr=1e-3),
         eval=EvalConfig(
             datasets=(

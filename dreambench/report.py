@@ -88,6 +88,7 @@ def results_frame(results_dir: Path, profile: str) -> pd.DataFrame:
                     "uniformity": (payload.get("geometry") or {}).get("uniformity"),
                     "git": (payload.get("git") or {}).get("commit"),
                     "created": payload.get("created"),
+                    "training": payload.get("training"),  # trained methods: the run's summary
                 }
             )
     return pd.DataFrame(rows)
@@ -208,15 +209,17 @@ def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
     return True
 
 
-def training_table(results_dir: Path, profile: str) -> pd.DataFrame:
+TRAINING_FORMATS = {"steps": "g", "train min": ".1f", "held-out instances": "g"}  # others: .4f
+
+
+def training_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per trained method/experiment: budget, loss, and the held-out ranking of the target among K."""
     rows = {}
-    for payload in iter_results(results_dir, profile):
-        summary = payload.get("training")
+    for method, experiment, summary in zip(frame.method, frame.experiment, frame.training, strict=True):
         if not summary:
             continue
         before, after = summary.get("heldout_before") or {}, summary.get("heldout_after") or {}
-        rows[_row_label(payload["method"], payload["experiment"])] = {
+        rows[_row_label(method, experiment)] = {
             "steps": summary.get("steps"),
             "train min": round(summary["train_seconds"] / 60, 1) if summary.get("train_seconds") else None,
             "first loss": summary.get("first_loss"),
@@ -259,7 +262,9 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     (out / "main_table.md").write_text(_markdown(main) + "\n")
     if not main.empty:
         main.to_latex(out / "main_table.tex", float_format="%.4f")
-    frame.drop(columns=["params"]).to_csv(out / "results_long.csv", index=False, float_format="%.6f")
+    frame.drop(columns=["params", "training"]).to_csv(
+        out / "results_long.csv", index=False, float_format="%.6f"
+    )
 
     sections = [f"# dreambench report — profile `{profile}`", ""]
     backbones = sorted(set(frame.backbone) - {"-"}) or ["none (lexical methods only)"]
@@ -282,13 +287,13 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     for group in sorted(set(frame.group) - {"main"}):
         table = score_table(frame, group=group)
         sections += [f"## Ablation: {group} (NDCG@10)", "", _markdown(table), "", *_average_note(table)]
-    training = training_table(results_dir, profile)
+    training = training_table(frame)
     if not training.empty:
         training.to_csv(out / "training.csv", float_format="%.4f")
         sections += [
             "## Training (held-out instances in the training format: is the target ranked first among K?)",
             "",
-            _markdown(training, ("", "g", ".1f") + (".4f",) * (len(training.columns) - 2)),
+            _markdown(training, ("",) + tuple(TRAINING_FORMATS.get(c, ".4f") for c in training.columns)),
             "",
         ]
     geometry = geometry_table(frame)

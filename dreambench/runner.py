@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, fingerprint, to_jsonable
@@ -88,12 +90,30 @@ def plan_jobs(
 # dataset identity for the result cache
 
 
-def _stat_signature(paths: list[Any]) -> list[Any]:
-    return [[str(p.name), p.stat().st_size, p.stat().st_mtime_ns] for p in paths]
+_SIGNATURE_BLOCK = 1 << 20
+
+
+def _content_signature(paths: list[Path]) -> list[Any]:
+    """Name, size and a hash of the first and last MiB of each file (the whole file when smaller).
+
+    Content, not modification times: a dataset copied or re-extracted elsewhere keeps its cached results;
+    an edited qrels or queries file (small, so hashed whole) does not.
+    """
+    out = []
+    for path in paths:
+        size = path.stat().st_size
+        digest = hashlib.blake2b(digest_size=16)
+        with path.open("rb") as handle:
+            digest.update(handle.read(_SIGNATURE_BLOCK))
+            if size > _SIGNATURE_BLOCK:
+                handle.seek(max(_SIGNATURE_BLOCK, size - _SIGNATURE_BLOCK))
+                digest.update(handle.read())
+        out.append([path.name, size, digest.hexdigest()])
+    return out
 
 
 def dataset_signature(name: str, workspace: Workspace, config: RunConfig) -> str:
-    """Cheap identity of a dataset's content: file sizes and mtimes (+ the spec and build options)."""
+    """Cheap identity of a dataset's content: file sizes and hashed head/tail (+ the spec and build options)."""
     spec = TASKS.get(name)
     if spec.base is not None:
         return fingerprint(task_fingerprint(name, config), dataset_signature(spec.base, workspace, config))
@@ -119,7 +139,7 @@ def dataset_signature(name: str, workspace: Workspace, config: RunConfig) -> str
     missing = [str(p) for p in files if not p.is_file()]
     if missing:
         raise DatasetFormatError(f"{name}: missing file(s) {missing}")
-    return fingerprint(task_fingerprint(name, config), _stat_signature(files))
+    return fingerprint(task_fingerprint(name, config), _content_signature(files))
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -77,12 +77,10 @@ class Dream(TrainedDenseMethod):
     def build(self, data: Any) -> None:
         from dreambench.heads import load_or_rank_heads, select_heads
         from dreambench.judge import Judge
-        from dreambench.models.backbones import default_device
-        from dreambench.models.retriever import DenseRetriever
 
         p = self.params
-        device = default_device()
-        self.retriever = DenseRetriever.from_config(self.config.model, self.workspace, lora=True).to(device)
+        self.retriever = self.load_retriever(lora=True)
+        device = self.retriever.device
         self.judge = Judge.load(self.judge_name, self.workspace).to(device).eval()
         self.ranking = None
         if p.head_selection == "qrhead":

@@ -31,12 +31,7 @@ class InfoNCE(TrainedDenseMethod):
             raise ValueError(f"methods.infonce.temperature must be positive, got {self.params.temperature}")
 
     def build(self, data: Any) -> None:
-        from dreambench.models.backbones import default_device
-        from dreambench.models.retriever import DenseRetriever
-
-        self.retriever = DenseRetriever.from_config(self.config.model, self.workspace, lora=True).to(
-            default_device()
-        )
+        self.retriever = self.load_retriever(lora=True)
 
     def trainable_modules(self) -> nn.Module:
         return self.retriever

@@ -10,11 +10,7 @@ class Untrained(DenseMethod):
     description = "backbone with EOS pooling and prefixes, before any training (reference point)"
 
     def prepare(self) -> None:
-        from dreambench.models.backbones import default_device
-        from dreambench.models.retriever import DenseRetriever
-
-        self.retriever = DenseRetriever.from_config(self.config.model, self.workspace, lora=False)
-        self.retriever.to(default_device()).eval()
+        self.retriever = self.load_retriever(lora=False).eval()
 
     def close(self) -> None:
         self.retriever = None

@@ -10,7 +10,7 @@ from dreambench.heads import HeadRanking, HeadScore, rank_heads, select_heads
 from dreambench.judge import build_judge_inputs
 from dreambench.models.backbones import tiny_tokenizer
 from dreambench.profiles import PROFILES, Experiment, Profile
-from dreambench.report import render, training_table
+from dreambench.report import render, results_frame, training_table
 from dreambench.results import ResultKey
 from dreambench.runner import Runner, plan_jobs
 
@@ -106,7 +106,7 @@ def test_dream_trains_and_evaluates_through_the_runner(workspace):
     log_lines = (workspace.cache_dir / "checkpoints" / "smoke").glob("dream-*/train_log.jsonl")
     assert sum(len(p.read_text().splitlines()) for p in log_lines) == config.train.steps
     # the report lists the training run with its held-out ranking before and after
-    table = training_table(workspace.results_dir, "smoke")
+    table = training_table(results_frame(workspace.results_dir, "smoke"))
     assert list(table.index) == ["dream"] and table.loc["dream", "steps"] == config.train.steps
     assert table.loc["dream", "held-out top-1 after"] == training["heldout_after"]["top1"]
     render(workspace.results_dir, workspace.reports_dir, "smoke")

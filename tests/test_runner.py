@@ -1,7 +1,7 @@
 """The orchestrator end to end with a toy lexical method: result files, cache reuse, overwrite, report."""
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 import pytest
@@ -12,7 +12,7 @@ from dreambench.method import METHODS, LexicalMethod, register_method
 from dreambench.profiles import Experiment, Profile
 from dreambench.report import _average_note, _markdown, render, score_table
 from dreambench.results import ResultKey, read_run_file
-from dreambench.runner import Runner, plan_jobs
+from dreambench.runner import Runner, dataset_signature, plan_jobs
 
 
 @dataclass(frozen=True)
@@ -162,3 +162,24 @@ def test_average_covers_only_the_datasets_every_row_has():
     assert _average_note(table)[0] == "`average`: mean over d1, d2 (the datasets every row has)."
     text = _markdown(table)
     assert "–" in text.splitlines()[-1] and "nan" not in text  # b has no d3
+
+
+def test_dataset_signature_follows_content_not_file_times(tiny_dataset, workspace, tmp_path):
+    import os
+    import shutil
+
+    config = RunConfig()
+    before = dataset_signature("scifact", workspace, config)
+    for path in tiny_dataset.rglob("*"):  # a copy or re-extraction: new times, same bytes
+        if path.is_file():
+            os.utime(path, ns=(1, 1))
+    assert dataset_signature("scifact", workspace, config) == before
+    qrels = tiny_dataset / "qrels" / "test.tsv"
+    lines = qrels.read_text().splitlines()
+    qrels.write_text("\n".join(lines[:-1] + [lines[-1][:-1] + "0"]) + "\n")  # same size, one grade changed
+    assert dataset_signature("scifact", workspace, config) != before
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(workspace.data_dir, moved)
+    assert dataset_signature("scifact", replace(workspace, data_dir=moved), config) == dataset_signature(
+        "scifact", workspace, config
+    )
