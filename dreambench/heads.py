@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from .config import fingerprint
 from .data.training import TrainingInstance
 from .evaluation.metrics import evaluate
-from .judge import Judge, JudgeLayout, build_judge_inputs
+from .judge import Judge, JudgeLayout, build_judge_inputs, judge_layout
 from .models.backbones import autocast_dtype
 from .workspace import Workspace, write_json_atomic
 
@@ -50,9 +50,9 @@ class HeadRanking:
 
 
 def head_scores(judge: Judge, probe: list[TrainingInstance], batch_size: int, max_doc_tokens: int,
-                max_query_tokens: int, precision: str = "auto", progress: bool = True) -> torch.Tensor:  # fmt: skip
+                max_query_tokens: int, precision: str = "auto", progress: bool = True,
+                layout: JudgeLayout = JudgeLayout()) -> torch.Tensor:  # fmt: skip
     """Baseline-corrected attention mass r̃ for every probe instance → (N, layers, heads, K)."""
-    layout = JudgeLayout()
     dtype = autocast_dtype(precision, judge.device)
     out = []
     bar = tqdm(total=len(probe), desc="head selection probes", unit="probe", disable=not progress)
@@ -112,12 +112,12 @@ def ranking_path(
 
 def load_or_rank_heads(
     judge: Judge, probe: list[TrainingInstance], workspace: Workspace, batch_size: int, max_doc_tokens: int,
-    max_query_tokens: int, precision: str = "auto",
+    max_query_tokens: int, precision: str = "auto", layout: JudgeLayout = JudgeLayout(),
 ) -> HeadRanking:  # fmt: skip
     settings = {
         "max_doc_tokens": max_doc_tokens,
         "max_query_tokens": max_query_tokens,
-        "layout": asdict(JudgeLayout()),
+        "layout": asdict(layout),
     }
     path = ranking_path(workspace, judge.name, probe, settings)
     if path.is_file():
@@ -133,7 +133,9 @@ def load_or_rank_heads(
         judge.name,
         len(probe),
     )
-    corrected = head_scores(judge, probe, batch_size, max_doc_tokens, max_query_tokens, precision)
+    corrected = head_scores(
+        judge, probe, batch_size, max_doc_tokens, max_query_tokens, precision, layout=layout
+    )
     ranking = rank_heads(corrected, probe, judge.name)
     write_json_atomic(path, {**asdict(ranking), "settings": settings})
     log.info("head ranking written to %s; top 5: %s", path, ranking.heads[:5])
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m dreambench.heads [--profile mini] [--top 16]``: rank (or load) the judge's heads and print them."""
     import argparse
 
-    from .config import apply_overrides, parse_cli_overrides
+    from .config import apply_overrides, method_params, parse_cli_overrides
     from .data.training import load_training_data
     from .profiles import DEFAULT_PROFILE, PROFILES
 
@@ -192,12 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = apply_overrides(PROFILES.get(args.profile).config, parse_cli_overrides(args.set), where="--set")
     workspace = Workspace.resolve(cache_dir=args.cache_dir)
-    params = config.methods.get("dream", {})
-    judge = Judge.load(params.get("judge") or config.model.backbone, workspace)
+    from .method import METHODS
+
+    params = method_params(METHODS.get("dream").Params, config, "dream")
+    judge = Judge.load(params.judge or config.model.backbone, workspace)
     probe = load_training_data(config, workspace).probe
     ranking = load_or_rank_heads(
-        judge, probe, workspace, int(params.get("probe_batch_size", 8)), int(params.get("max_doc_tokens", 128)),
-        int(params.get("max_query_tokens", 64)), config.train.precision,
+        judge, probe, workspace, params.probe_batch_size, params.max_doc_tokens, params.max_query_tokens,
+        config.train.precision, judge_layout(params.layout),
     )  # fmt: skip
     print(
         f"{ranking.judge}: {ranking.num_layers} layers × {ranking.num_heads} heads, probe size {ranking.probe_size}"

@@ -29,12 +29,34 @@ from .workspace import Workspace
 
 @dataclass(frozen=True)
 class JudgeLayout:
+    """The judge's text around the pieces. ``content_prefix`` is prepended to every piece (document, query,
+    target) before it is tokenised on its own: with " " and headers that end without a space, each piece
+    starts with the word-initial token it has in running text ("QUESTION: What" → "QUESTION", ":", " What"),
+    so the judge reads the sequence as it reads any text. The ``pieces`` layout (headers ending in a space,
+    pieces tokenised bare) is kept for comparison: there "QUESTION: " ends in a lone-space token and every
+    piece starts with a word-internal token."""
+
     passages_header: str = "PASSAGES:\n"
-    doc_prefix: str = "[{index}] "
+    doc_prefix: str = "[{index}]"
     doc_suffix: str = "\n"
-    question_header: str = "QUESTION: "
-    target_header: str = "\nTARGET PASSAGE: "
+    question_header: str = "QUESTION:"
+    target_header: str = "\nTARGET PASSAGE:"
+    content_prefix: str = " "
     null_query: str = "N/A"  # QRHead's content-free query (Eq. 5)
+
+
+LAYOUTS = {
+    "natural": JudgeLayout(),
+    "pieces": JudgeLayout(
+        doc_prefix="[{index}] ", question_header="QUESTION: ", target_header="\nTARGET PASSAGE: ", content_prefix=""
+    ),
+}
+
+
+def judge_layout(name: str) -> JudgeLayout:
+    if name not in LAYOUTS:
+        raise ValueError(f"judge layout {name!r} is unknown; known: {', '.join(LAYOUTS)}")
+    return LAYOUTS[name]
 
 
 @dataclass
@@ -81,6 +103,9 @@ def build_judge_inputs(
         out = tokenizer(text, add_special_tokens=False)["input_ids"]
         return out[:limit] if limit is not None else out
 
+    def piece(text: str, limit: int) -> list[int]:
+        return ids(layout.content_prefix + text, limit) if text else []
+
     adds_bos = tokenizer.bos_token_id is not None and tokenizer("a")["input_ids"][:1] == [
         tokenizer.bos_token_id
     ]
@@ -90,16 +115,16 @@ def build_judge_inputs(
         spans = []
         for j, doc in enumerate(docs):
             seq += ids(layout.doc_prefix.format(index=j + 1))
-            doc_ids = ids(doc, max_doc_tokens) or ids(" ")
+            doc_ids = piece(doc, max_doc_tokens) or ids(" ")
             spans.append((len(seq), len(seq) + len(doc_ids)))
             seq += doc_ids + ids(layout.doc_suffix)
         seq += ids(layout.question_header)
-        query_ids = ids(query, max_query_tokens) or ids(" ")
+        query_ids = piece(query, max_query_tokens) or ids(" ")
         query_spans.append((len(seq), len(seq) + len(query_ids)))
         seq += query_ids
         if targets is not None:
             seq += ids(layout.target_header)
-            target_ids = ids(targets[b], max_target_tokens)
+            target_ids = piece(targets[b], max_target_tokens)
             if not target_ids:
                 raise ValueError(f"empty target passage in batch row {b}")
             target_spans.append((len(seq), len(seq) + len(target_ids)))
@@ -167,6 +192,17 @@ class Judge(nn.Module):
 
     def target_loss(self, inputs: JudgeInput, plan: InjectionPlan | None = None) -> torch.Tensor:
         """Mean next-token cross entropy over the target tokens (Eq. 10); logits on target positions only."""
+        token_losses = self.target_token_losses(inputs, plan)  # (B, Y)
+        return token_losses[inputs.target_mask].mean()
+
+    def instance_losses(self, inputs: JudgeInput, plan: InjectionPlan | None = None) -> torch.Tensor:
+        """Per-row mean cross entropy over that row's target tokens → (B,)."""
+        token_losses = self.target_token_losses(inputs, plan)  # (B, Y)
+        mask = inputs.target_mask.to(token_losses.dtype)
+        return (token_losses * mask).sum(dim=1) / mask.sum(dim=1)
+
+    def target_token_losses(self, inputs: JudgeInput, plan: InjectionPlan | None = None) -> torch.Tensor:
+        """Cross entropy of every target token → (B, Y), zero where ``target_mask`` is False."""
         lm = self.causal_lm
         hidden = lm.get_decoder()(
             input_ids=inputs.input_ids,
@@ -178,7 +214,10 @@ class Judge(nn.Module):
         predicting = hidden[rows, inputs.target_index - 1]  # (B, Y, D): position t−1 predicts token t
         logits = lm.get_output_embeddings()(predicting[inputs.target_mask])  # (N, V)
         labels = inputs.input_ids[rows, inputs.target_index][inputs.target_mask]  # (N,)
-        return nn.functional.cross_entropy(logits.float(), labels)
+        losses = nn.functional.cross_entropy(logits.float(), labels, reduction="none")  # (N,)
+        return torch.zeros(inputs.target_mask.shape, dtype=losses.dtype, device=losses.device).masked_scatter(
+            inputs.target_mask, losses
+        )
 
     @torch.inference_mode()
     def attention_mass(self, inputs: JudgeInput) -> torch.Tensor:

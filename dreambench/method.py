@@ -288,6 +288,18 @@ class TrainedDenseMethod(DenseMethod):
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.trainable_modules().parameters() if p.requires_grad]
 
+    def parameter_groups(
+        self, lr: float, weight_decay: float, exclude: list[torch.nn.Parameter] = ()
+    ) -> list[dict[str, Any]]:
+        """AdamW parameter groups: weight decay on matrices only. A method with parameters that need another
+        learning rate (DREAM's τ and γ) overrides this, passing them in ``exclude`` to the default."""
+        skip = {id(p) for p in exclude}
+        params = [p for p in self.trainable_parameters() if id(p) not in skip]
+        return [
+            {"params": [p for p in params if p.ndim >= 2], "lr": lr, "weight_decay": weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "lr": lr, "weight_decay": 0.0},
+        ]
+
     @abc.abstractmethod
     def trainable_modules(self) -> torch.nn.Module:
         """One module holding everything that trains (its state dict is the checkpoint's model part)."""

@@ -32,6 +32,10 @@ class DreamParams:
     head_seed: int = 0  # for the random strategies
     gate_init: float = 0.0  # γ at step 0; g = σ(γ) (the paper does not give it; 0 → g = 0.5)
     tau_init: float = 0.05  # τ at step 0 (learnable; the paper does not give the initial value)
+    # log τ and γ are single scalars: under AdamW a parameter moves by about its learning rate per step, so at
+    # the LoRA rate they could not move in a short run. They get their own rate (0 freezes them).
+    scalar_lr: float = 1e-2
+    layout: str = "natural"  # judge input tokenisation: natural | pieces (dreambench.judge.LAYOUTS)
     judge_lora: bool = False  # Fig. 5: also train LoRA adapters on the judge
     judge_lora_r: int = 16
     judge_lora_alpha: int = 32
@@ -63,6 +67,12 @@ class Dream(TrainedDenseMethod):
         p = self.params
         if p.tau_init <= 0:
             raise ValueError(f"methods.dream.tau_init must be positive, got {p.tau_init}")
+        if p.scalar_lr < 0:
+            raise ValueError(f"methods.dream.scalar_lr must be non-negative, got {p.scalar_lr}")
+        from dreambench.judge import LAYOUTS
+
+        if p.layout not in LAYOUTS:
+            raise ValueError(f"methods.dream.layout: unknown {p.layout!r}; known: {', '.join(LAYOUTS)}")
         from dreambench.heads import STRATEGIES
 
         if p.head_selection not in STRATEGIES:
@@ -76,7 +86,7 @@ class Dream(TrainedDenseMethod):
 
     def build(self, data: Any) -> None:
         from dreambench.heads import load_or_rank_heads, select_heads
-        from dreambench.judge import Judge
+        from dreambench.judge import Judge, judge_layout
 
         p = self.params
         self.retriever = self.load_retriever(lora=True)
@@ -86,7 +96,7 @@ class Dream(TrainedDenseMethod):
         if p.head_selection == "qrhead":
             self.ranking = load_or_rank_heads(
                 self.judge, data.probe, self.workspace, p.probe_batch_size, p.max_doc_tokens, p.max_query_tokens,
-                self.config.train.precision,
+                self.config.train.precision, judge_layout(p.layout),
             )  # fmt: skip
         self.heads = select_heads(
             p.head_selection,
@@ -115,6 +125,11 @@ class Dream(TrainedDenseMethod):
     def trainable_modules(self) -> nn.Module:
         return self.modules_
 
+    def parameter_groups(self, lr: float, weight_decay: float) -> list[dict[str, Any]]:
+        scalars = [self.modules_.log_tau, self.modules_.gamma]
+        groups = super().parameter_groups(lr, weight_decay, exclude=scalars)
+        return [*groups, {"params": scalars, "lr": self.params.scalar_lr, "weight_decay": 0.0}]
+
     @property
     def tau(self) -> torch.Tensor:
         return self.modules_.log_tau.exp()
@@ -124,7 +139,7 @@ class Dream(TrainedDenseMethod):
         return torch.sigmoid(self.modules_.gamma)
 
     def compute_loss(self, batch: CandidateBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        from dreambench.judge import build_judge_inputs
+        from dreambench.judge import build_judge_inputs, judge_layout
 
         p = self.params
         seen = self.retriever.tokens_embedded
@@ -132,7 +147,7 @@ class Dream(TrainedDenseMethod):
         weights = torch.softmax(scores / self.tau, dim=-1)  # Eq. 3 p(d_j | q)
         inputs = build_judge_inputs(
             self.judge.tokenizer, batch.queries, batch.candidates, batch.targets,
-            p.max_doc_tokens, p.max_query_tokens, p.max_target_tokens,
+            p.max_doc_tokens, p.max_query_tokens, p.max_target_tokens, judge_layout(p.layout),
         ).to(self.device)  # fmt: skip
         plan = InjectionPlan(inputs.spans, weights, self.gate, self.heads_by_layer)
         loss = self.judge.target_loss(inputs, plan)  # Eq. 10

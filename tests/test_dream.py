@@ -7,7 +7,7 @@ import torch
 
 from dreambench.config import apply_overrides
 from dreambench.heads import HeadRanking, HeadScore, rank_heads, select_heads
-from dreambench.judge import build_judge_inputs
+from dreambench.judge import build_judge_inputs, judge_layout
 from dreambench.models.backbones import tiny_tokenizer
 from dreambench.profiles import PROFILES, Experiment, Profile
 from dreambench.report import render, results_frame, training_table
@@ -29,10 +29,11 @@ def test_judge_layout_spans_cover_exactly_each_piece():
     for b, (docs, query, target) in enumerate(
         [(["doc one", "doc two"], "why?", "target a"), (["alpha", "beta gamma"], "who is it", "tb and more")]
     ):
+        # natural layout: each piece carries its word-initial space, as in running text
         for j, doc in enumerate(docs):
-            assert tok.decode(inputs.input_ids[b, s.doc_index[b, j][s.doc_mask[b, j]]]) == doc
-        assert tok.decode(inputs.input_ids[b, s.query_index[b][s.query_mask[b]]]) == query
-        assert tok.decode(inputs.input_ids[b, inputs.target_index[b][inputs.target_mask[b]]]) == target
+            assert tok.decode(inputs.input_ids[b, s.doc_index[b, j][s.doc_mask[b, j]]]) == " " + doc
+        assert tok.decode(inputs.input_ids[b, s.query_index[b][s.query_mask[b]]]) == " " + query
+        assert tok.decode(inputs.input_ids[b, inputs.target_index[b][inputs.target_mask[b]]]) == " " + target
     lengths = inputs.attention_mask.sum(1)
     assert lengths.min() < inputs.attention_mask.shape[1]  # the shorter row is right-padded
     short = int(lengths.argmin())
@@ -40,6 +41,23 @@ def test_judge_layout_spans_cover_exactly_each_piece():
         inputs.attention_mask[short, : lengths.min()].all()
         and not inputs.attention_mask[short, lengths.min() :].any()
     )
+
+
+def test_natural_layout_tokenises_as_running_text_and_pieces_layout_does_not():
+    from dreambench.judge import LAYOUTS
+
+    tok = tiny_tokenizer()
+    args = (["why?"], [["doc one", "doc two"]], ["target a"], 100, 100, 100)
+    text = "PASSAGES:\n[1] doc one\n[2] doc two\nQUESTION: why?\nTARGET PASSAGE: target a"
+    natural = build_judge_inputs(tok, *args, LAYOUTS["natural"])
+    running = tok(text, add_special_tokens=False)["input_ids"]
+    assert natural.input_ids[0, -len(running) :].tolist() == running
+    pieces = build_judge_inputs(tok, *args, LAYOUTS["pieces"])
+    assert tok.decode(pieces.input_ids[0]) == tok.decode(natural.input_ids[0])  # same text, other spans
+    query = pieces.input_ids[0, pieces.spans.query_index[0][pieces.spans.query_mask[0]]]
+    assert tok.decode(query) == "why?"
+    with pytest.raises(ValueError, match="unknown"):
+        judge_layout("fancy")
 
 
 def test_truncation_limits_each_piece():

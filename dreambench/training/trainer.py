@@ -1,6 +1,6 @@
 """The trainer core: one explicit loop for every trained method (nanoGPT-style).
 
-AdamW (no weight decay on scalars such as τ and γ), linear warmup then linear/cosine decay, gradient
+AdamW (parameter groups from the method: no weight decay on vectors and scalars; DREAM gives τ and γ their own rate), linear warmup then linear/cosine decay, gradient
 accumulation, bf16 autocast where the hardware supports it, gradient clipping, seeds, a JSONL log (loss,
 lr, grad norm, tokens/s and the method's own statistics — DREAM's gate g and temperature τ), a progress bar,
 and periodic checkpoints (trainable weights, optimiser, scheduler, RNG states, step, config) that a re-run
@@ -157,13 +157,10 @@ class Trainer:
         params = self.method.trainable_parameters()
         if not params:
             raise ValueError(f"{self.method.name}: nothing to train")
-        optimizer = torch.optim.AdamW(
-            [
-                {"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay},
-                {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-            ],
-            lr=cfg.lr,
-        )
+        groups = [g for g in self.method.parameter_groups(cfg.lr, cfg.weight_decay) if g["params"]]
+        if sum(len(g["params"]) for g in groups) != len(params):
+            raise ValueError(f"{self.method.name}: parameter groups do not cover every trainable parameter")
+        optimizer = torch.optim.AdamW(groups, lr=cfg.lr)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg))
         step = self._resume(optimizer, scheduler)
         self._truncate_log(step)
