@@ -26,6 +26,15 @@ def _split(values: list[str] | None) -> list[str] | None:
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
 
+def _seeds(value: str | None) -> list[int] | None:
+    if not value:
+        return None
+    try:
+        return [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--seeds expects comma-separated integers, got {value!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -56,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override, e.g. train.lr=1e-4"
+    )
+    parser.add_argument(
+        "--seeds", help="comma-separated training seeds for every trained method, e.g. 0,1,2 (default: train.seed)"
     )
     parser.add_argument("--dry-run", action="store_true", help="print what would run and exit")
     parser.add_argument("--overwrite", action="store_true", help="recompute results even if cached")
@@ -136,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"report: {path}" if path else "no stored results to render")
             return 0
         jobs = plan_jobs(
-            profile, config, _split(args.methods), _split(args.datasets), _split(args.experiments)
+            profile, config, _split(args.methods), _split(args.datasets), _split(args.experiments),
+            _seeds(args.seeds),
         )
     except (ConfigError, UnknownNameError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -12,6 +12,8 @@ Outputs under ``<reports-dir>/<profile>/``:
 
 from __future__ import annotations
 
+import json
+
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from .results import iter_results
+from .results import SEED_MARK, iter_results
 from .tasks import TASKS
 from .workspace import PROJECT_ROOT
 
@@ -68,11 +70,13 @@ def find_paper_reference() -> Path | None:
 def results_frame(results_dir: Path, profile: str) -> pd.DataFrame:
     rows = []
     for payload in iter_results(results_dir, profile):
+        experiment = payload["experiment"].split(SEED_MARK)[0]  # seeds of one experiment share its rows
         for metric, value in payload["scores"].items():
             rows.append(
                 {
                     "method": payload["method"],
-                    "experiment": payload["experiment"],
+                    "experiment": experiment,
+                    "seed": payload.get("seed"),
                     "group": payload.get("experiment_group", "main"),
                     "dataset": payload["dataset"],
                     "metric": metric,
@@ -116,13 +120,25 @@ def score_table(frame: pd.DataFrame, metric: str = "ndcg_at_10", group: str | No
     if sub.empty:
         return pd.DataFrame()
     sub = sub.assign(row=[_row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
-    table = sub.pivot_table(index="row", columns="dataset", values="value", aggfunc="first")
+    table = sub.pivot_table(index="row", columns="dataset", values="value", aggfunc="mean")  # over seeds
     order = [n for n in TASKS.names() if n in table.columns]
     table = table[order + [c for c in table.columns if c not in order]]
     complete = table.dropna(axis=1, how="any")
     if complete.shape[1] > 1:
         table["average"] = complete.mean(axis=1)
     return table
+
+
+def seed_table(frame: pd.DataFrame, metric: str = "ndcg_at_10") -> pd.DataFrame:
+    """Rows with several training seeds: 'mean ± std (n)' per dataset (sample std over seeds)."""
+    sub = frame[(frame.metric == metric) & (frame.group == "main")]
+    sub = sub.assign(row=[_row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
+    stats = sub.groupby(["row", "dataset"])["value"].agg(["mean", "std", "count"])
+    stats = stats[stats["count"] > 1]
+    if stats.empty:
+        return pd.DataFrame()
+    cells = stats.apply(lambda r: f"{r['mean']:.4f} ± {r['std']:.4f} ({int(r['count'])})", axis=1)
+    return cells.unstack("dataset")
 
 
 def reference_checks(frame: pd.DataFrame) -> list[str]:
@@ -215,11 +231,13 @@ TRAINING_FORMATS = {"steps": "g", "train min": ".1f", "held-out instances": "g"}
 def training_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per trained method/experiment: budget, loss, and the held-out ranking of the target among K."""
     rows = {}
-    for method, experiment, summary in zip(frame.method, frame.experiment, frame.training, strict=True):
+    for method, experiment, seed, summary in zip(
+        frame.method, frame.experiment, frame.seed, frame.training, strict=True
+    ):
         if not summary:
             continue
         before, after = summary.get("heldout_before") or {}, summary.get("heldout_after") or {}
-        rows[_row_label(method, experiment)] = {
+        rows[f"{_row_label(method, experiment)} [seed {seed}]"] = {
             "steps": summary.get("steps"),
             "train min": round(summary["train_seconds"] / 60, 1) if summary.get("train_seconds") else None,
             "first loss": summary.get("first_loss"),
@@ -230,8 +248,38 @@ def training_table(frame: pd.DataFrame) -> pd.DataFrame:
             "held-out MRR after": after.get("mrr"),
             "chance top-1": after.get("chance_top1"),
             "held-out instances": after.get("instances"),
+            **{
+                label: summary[key]
+                for label, key in (("τ start", "tau_start"), ("τ end", "tau"), ("g start", "gate_start"), ("g end", "gate"))
+                if key in summary
+            },
         }
     return pd.DataFrame.from_dict(rows, orient="index").sort_index() if rows else pd.DataFrame()
+
+
+def signal_table(results_dir: Path, profile: str) -> pd.DataFrame:
+    """DREAM's signal checks stored under ``results/<profile>/signal/`` (``python -m dreambench.signal``)."""
+    from .signal import format_rows
+
+    rows = []
+    for path in sorted((results_dir / profile / "signal").glob("*.json")):
+        rows += format_rows(json.loads(path.read_text()))
+    if not rows:
+        return pd.DataFrame()
+    table = pd.DataFrame(rows).drop(columns=["p"])
+    return table.sort_values(["judge", "layout", "g", "heads"]).set_index("judge")
+
+
+SIGNAL_NOTE = (
+    "Measured on the held-out instances before any training (`python -m dreambench.signal`, with the `--set` "
+    "options of the row). Mean target-token loss of the frozen judge with no injection (g = 0) and with the "
+    "heads' query rows re-weighted by p one-hot on the target, uniform, one-hot on a wrong candidate; "
+    "`oracle gap` = loss uniform − loss target (what a perfect retriever could gain), `wrong gap` = loss "
+    "wrong − loss target, both in nats per target token. `favours target`: share of instances whose gradient "
+    "−∂L/∂p at uniform p is largest for the target (the direction DREAM's first steps push), with its exact "
+    "95% interval; `chance` = 1/K. `alignment`: mean cosine between −∂L/∂s and the contrastive direction "
+    "(one-hot target − uniform)."
+)
 
 
 def _average_note(table: pd.DataFrame) -> list[str]:
@@ -283,6 +331,16 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
             "",
         ]
     sections += ["## NDCG@10", "", _markdown(main), "", *_average_note(main)]
+    seeds = seed_table(frame)
+    if not seeds.empty:
+        seeds.to_csv(out / "seeds.csv")
+        sections += [
+            "Trained methods with several seeds: the table above shows the mean over seeds; per dataset "
+            "mean ± sample std (number of seeds):",
+            "",
+            seeds.to_markdown(),
+            "",
+        ]
     sections += ["## Recall@100", "", _markdown(recall), "", *_average_note(recall)]
     for group in sorted(set(frame.group) - {"main"}):
         table = score_table(frame, group=group)
@@ -296,6 +354,10 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
             _markdown(training, ("",) + tuple(TRAINING_FORMATS.get(c, ".4f") for c in training.columns)),
             "",
         ]
+    signal = signal_table(results_dir, profile)
+    if not signal.empty:
+        signal.to_csv(out / "signal.csv", float_format="%.4f")
+        sections += ["## DREAM's training signal, before training", "", SIGNAL_NOTE, "", _markdown(signal), ""]
     geometry = geometry_table(frame)
     if not geometry.empty:
         plotted = plot_geometry(frame, out / "geometry.png")

@@ -27,6 +27,7 @@ from .workspace import atomic_path, git_info, machine_info, package_versions, wr
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
+SEED_MARK = "@seed"  # experiment "default@seed1" = experiment "default" trained with train.seed = 1
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from .config import RunConfig, fingerprint, to_jsonable
 from .evaluation.metrics import MEASURES, drop_identical_ids, evaluate, top_k
 from .method import METHODS, LexicalMethod, Method
 from .profiles import Experiment, Profile
-from .results import ResultKey, cached_result, write_result
+from .results import SEED_MARK, ResultKey, cached_result, write_result
 from .tasks import (
     TASKS,
     DatasetFormatError,
@@ -50,8 +50,14 @@ def plan_jobs(
     methods: Sequence[str] | None = None,
     datasets: Sequence[str] | None = None,
     experiments: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> list[Job]:
-    """Jobs for the profile's experiments, filtered by method / experiment names; validates every name."""
+    """Jobs for the profile's experiments, filtered by method / experiment names; validates every name.
+
+    ``seeds``: every trained experiment also runs with these training seeds (``train.seed``); a run with a
+    seed other than the profile's is the experiment ``<name>@seed<k>`` (its own results folder; the report
+    averages over seeds).
+    """
     for name in methods or ():
         METHODS.get(name)  # raises with a did-you-mean hint
     for name in datasets or ():
@@ -73,6 +79,17 @@ def plan_jobs(
             raise ValueError(
                 f"unknown experiment(s) {unknown} in profile {profile.name!r}; known: {sorted(known)}"
             )
+    if seeds:
+        seeded = []
+        for exp in selected:
+            seeded.append(exp)
+            if METHODS.get(exp.method).trainable:
+                seeded += [
+                    Experiment(exp.method, f"{exp.name}{SEED_MARK}{k}", {**exp.overrides, "train.seed": k},
+                               exp.group, exp.description)
+                    for k in dict.fromkeys(seeds) if k != base_config.train.seed
+                ]  # fmt: skip
+        selected = seeded
     jobs = []
     for exp in selected:
         METHODS.get(exp.method)

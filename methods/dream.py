@@ -162,7 +162,9 @@ class Dream(TrainedDenseMethod):
         return {"gate": self.gate.item(), "tau": self.tau.item()}
 
     def summary_extra(self) -> dict[str, Any]:
-        summary = {"judge": self.judge_name, "heads": [list(h) for h in self.heads], **self.training_state()}
+        p = self.params
+        start = {"gate_start": 1 / (1 + math.exp(-p.gate_init)), "tau_start": p.tau_init}
+        summary = {"judge": self.judge_name, "heads": [list(h) for h in self.heads], **start, **self.training_state()}
         if self.ranking is not None:
             summary["head_ranking_probe_size"] = self.ranking.probe_size
         return summary

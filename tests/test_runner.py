@@ -183,3 +183,29 @@ def test_dataset_signature_follows_content_not_file_times(tiny_dataset, workspac
     assert dataset_signature("scifact", replace(workspace, data_dir=moved), config) == dataset_signature(
         "scifact", workspace, config
     )
+
+
+def test_seeds_add_one_experiment_per_extra_seed_for_trained_methods_only():
+    from dreambench.profiles import PROFILES
+
+    smoke = PROFILES.get("smoke")
+    jobs = plan_jobs(smoke, smoke.config, ["bm25", "infonce"], seeds=[0, 1, 2, 1])
+    names = [(j.experiment.method, j.experiment.name, j.config.train.seed) for j in jobs]
+    assert names == [("bm25", "default", 0), ("infonce", "default", 0), ("infonce", "default@seed1", 1),
+                     ("infonce", "default@seed2", 2)]  # fmt: skip
+    with pytest.raises(ValueError, match="--seeds"):
+        run_all._seeds("0,one")
+
+
+def test_report_averages_seeds_and_shows_their_spread():
+    frame = pd.DataFrame(
+        [
+            {"method": "m", "experiment": "default", "group": "main", "dataset": "d", "metric": "ndcg_at_10",
+             "value": v, "seed": s}
+            for s, v in ((0, 0.2), (1, 0.4), (2, 0.6))
+        ]
+    )  # fmt: skip
+    from dreambench.report import seed_table
+
+    assert score_table(frame).loc["m", "d"] == pytest.approx(0.4)
+    assert seed_table(frame).loc["m", "d"] == "0.4000 ± 0.2000 (3)"
