@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--seeds", help="comma-separated training seeds for every trained method, e.g. 0,1,2 (default: train.seed)"
     )
+    parser.add_argument(
+        "--no-signal-check", action="store_true", help="skip DREAM's signal check before training (dreambench.signal)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print what would run and exit")
     parser.add_argument("--overwrite", action="store_true", help="recompute results even if cached")
     parser.add_argument(
@@ -101,6 +104,23 @@ def build_data(config, workspace) -> int:
             print(f"{name}: {len(task.queries)} queries, {len(task.corpus)} documents -> {task.source}")
     print(f"done in {time.perf_counter() - start:.1f}s")
     return 0
+
+
+def run_signal_checks(jobs, workspace) -> None:
+    """DREAM's signal check (``dreambench.signal``) before any DREAM training: cached, shown in the report."""
+    from dreambench.signal import signal_check
+
+    for job in jobs:  # seeds share one check: it does not depend on train.seed (cached by its inputs)
+        if job.experiment.method != "dream" or job.experiment.group != "main":
+            continue
+        payload = signal_check(job.config, workspace)
+        for head_set, row in payload["head_sets"].items():
+            low, high = row["favours_target_ci95"]
+            logging.getLogger("run_all").info(
+                "signal check (%s heads): oracle gap %.4f nats/token, gradient favours the target in %.2f "
+                "[%.2f, %.2f] of %d held-out instances (chance %.3f)",
+                head_set, row["oracle_gap"], row["favours_target"], low, high, row["instances"], row["chance"],
+            )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(runner.describe(jobs)))
         return 0
     start = time.perf_counter()
+    if not args.no_signal_check:
+        run_signal_checks(jobs, workspace)
     outcomes = runner.run(jobs)
     path = report.render(workspace.results_dir, workspace.reports_dir, config.profile)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("computed", "cached", "skipped", "failed")}

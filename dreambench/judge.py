@@ -53,6 +53,9 @@ LAYOUTS = {
 }
 
 
+INJECTED_ROWS = ("query", "suffix")
+
+
 def judge_layout(name: str) -> JudgeLayout:
     if name not in LAYOUTS:
         raise ValueError(f"judge layout {name!r} is unknown; known: {', '.join(LAYOUTS)}")
@@ -96,8 +99,16 @@ def build_judge_inputs(
     max_query_tokens: int,
     max_target_tokens: int,
     layout: JudgeLayout = JudgeLayout(),
+    injected_rows: str = "query",
 ) -> JudgeInput:
-    """Token ids and spans for a batch; ``targets=None`` stops after the query (head-selection probes)."""
+    """Token ids and spans for a batch; ``targets=None`` stops after the query (head-selection probes).
+
+    ``injected_rows`` is what ``spans.query_index`` covers, i.e. the rows DREAM re-weights: ``"query"`` (the
+    paper, §3.3: the query tokens only) or ``"suffix"`` (every row from the query to the end, target rows
+    included: a named variant that lets p steer the rows that read the target's evidence directly).
+    """
+    if injected_rows not in INJECTED_ROWS:
+        raise ValueError(f"injected rows {injected_rows!r} unknown; known: {', '.join(INJECTED_ROWS)}")
 
     def ids(text: str, limit: int | None = None) -> list[int]:
         out = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -129,6 +140,8 @@ def build_judge_inputs(
                 raise ValueError(f"empty target passage in batch row {b}")
             target_spans.append((len(seq), len(seq) + len(target_ids)))
             seq += target_ids
+        if injected_rows == "suffix":
+            query_spans[-1] = (query_spans[-1][0], len(seq))
         rows.append(seq)
         doc_spans.append(spans)
     width = max(len(r) for r in rows)

@@ -75,6 +75,11 @@ def _dream_ablations(default_heads: int, default_k: int, datasets: tuple[str, ..
         for k in (4, 8, 16) if k != default_k
     ]  # fmt: skip
     experiments.append(
+        Experiment("dream", "inject-suffix", {**only, "methods.dream.injected_rows": "suffix"}, "variant-injected-rows",
+                   "variant, not the paper: scores injected into the query and target rows (signal check: far "
+                   "stronger signal than query rows only)")
+    )  # fmt: skip
+    experiments.append(
         Experiment("dream", "judge-lora", {**only, "methods.dream.judge_lora": True}, "ablation-judge",
                    "LoRA adapters on the judge are trained too")
     )  # fmt: skip

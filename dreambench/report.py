@@ -267,7 +267,7 @@ def signal_table(results_dir: Path, profile: str) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     table = pd.DataFrame(rows).drop(columns=["p"])
-    return table.sort_values(["judge", "layout", "g", "heads"]).set_index("judge")
+    return table.sort_values(["judge", "layout", "rows", "g", "heads"]).set_index("judge")
 
 
 SIGNAL_NOTE = (

@@ -51,6 +51,7 @@ class SignalSettings:
 
     judge: str
     layout: str
+    injected_rows: str
     gate: float  # g = σ(γ0), the gate DREAM starts from
     num_heads: int
     head_seed: int
@@ -92,6 +93,7 @@ def measure_signal(
         inputs = build_judge_inputs(
             judge.tokenizer, [i.query for i in chunk], [list(i.candidates) for i in chunk], [i.target for i in chunk],
             settings.max_doc_tokens, settings.max_query_tokens, settings.max_target_tokens, layout,
+            settings.injected_rows,
         ).to(device)  # fmt: skip
         k = inputs.spans.num_docs
         target = torch.tensor([i.target_index for i in chunk], device=device)  # (B,)
@@ -155,6 +157,7 @@ def _settings(config: RunConfig) -> SignalSettings:
     return SignalSettings(
         judge=p.judge or config.model.backbone,
         layout=p.layout,
+        injected_rows=p.injected_rows,
         gate=float(torch.sigmoid(torch.tensor(p.gate_init))),
         num_heads=p.num_heads,
         head_seed=p.head_seed,
@@ -239,7 +242,7 @@ def format_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
         low, high = r["favours_target_ci95"]
         rows.append(
             {
-                "judge": s["judge"], "layout": s["layout"], "g": round(s["gate"], 3), "heads": f"{head_set} ({s['num_heads']})",
+                "judge": s["judge"], "layout": s["layout"], "rows": s.get("injected_rows", "query"), "g": round(s["gate"], 3), "heads": f"{head_set} ({s['num_heads']})",
                 "loss g=0": r["loss_none"], "loss target": r["loss_target"], "loss uniform": r["loss_uniform"],
                 "loss wrong": r["loss_wrong"], "oracle gap": r["oracle_gap"], "wrong gap": r["wrong_gap"],
                 "favours target": f"{r['favours_target']:.2f} [{low:.2f}, {high:.2f}]", "chance": round(r["chance"], 3),

@@ -36,6 +36,9 @@ class DreamParams:
     # the LoRA rate they could not move in a short run. They get their own rate (0 freezes them).
     scalar_lr: float = 1e-2
     layout: str = "natural"  # judge input tokenisation: natural | pieces (dreambench.judge.LAYOUTS)
+    # rows the scores are injected into: "query" (the paper, §3.3) | "suffix" (query + target rows: a variant
+    # with a stronger signal, reported under its own name, never the default)
+    injected_rows: str = "query"
     judge_lora: bool = False  # Fig. 5: also train LoRA adapters on the judge
     judge_lora_r: int = 16
     judge_lora_alpha: int = 32
@@ -69,10 +72,14 @@ class Dream(TrainedDenseMethod):
             raise ValueError(f"methods.dream.tau_init must be positive, got {p.tau_init}")
         if p.scalar_lr < 0:
             raise ValueError(f"methods.dream.scalar_lr must be non-negative, got {p.scalar_lr}")
-        from dreambench.judge import LAYOUTS
+        from dreambench.judge import INJECTED_ROWS, LAYOUTS
 
         if p.layout not in LAYOUTS:
             raise ValueError(f"methods.dream.layout: unknown {p.layout!r}; known: {', '.join(LAYOUTS)}")
+        if p.injected_rows not in INJECTED_ROWS:
+            raise ValueError(
+                f"methods.dream.injected_rows: unknown {p.injected_rows!r}; known: {', '.join(INJECTED_ROWS)}"
+            )
         from dreambench.heads import STRATEGIES
 
         if p.head_selection not in STRATEGIES:
@@ -147,7 +154,7 @@ class Dream(TrainedDenseMethod):
         weights = torch.softmax(scores / self.tau, dim=-1)  # Eq. 3 p(d_j | q)
         inputs = build_judge_inputs(
             self.judge.tokenizer, batch.queries, batch.candidates, batch.targets,
-            p.max_doc_tokens, p.max_query_tokens, p.max_target_tokens, judge_layout(p.layout),
+            p.max_doc_tokens, p.max_query_tokens, p.max_target_tokens, judge_layout(p.layout), p.injected_rows,
         ).to(self.device)  # fmt: skip
         plan = InjectionPlan(inputs.spans, weights, self.gate, self.heads_by_layer)
         loss = self.judge.target_loss(inputs, plan)  # Eq. 10

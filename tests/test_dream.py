@@ -60,6 +60,21 @@ def test_natural_layout_tokenises_as_running_text_and_pieces_layout_does_not():
         judge_layout("fancy")
 
 
+def test_suffix_rows_cover_the_query_and_everything_after_it():
+    tok = tiny_tokenizer()
+    args = (["why?"], [["doc one", "doc two"]], ["target a"], 100, 100, 100, judge_layout("natural"))
+    query_only = build_judge_inputs(tok, *args, "query")
+    suffix = build_judge_inputs(tok, *args, "suffix")
+    assert torch.equal(query_only.input_ids, suffix.input_ids) and torch.equal(
+        query_only.target_index, suffix.target_index
+    )
+    start = int(query_only.spans.query_index[0, 0])
+    rows = suffix.spans.query_index[0][suffix.spans.query_mask[0]].tolist()
+    assert rows == list(range(start, suffix.input_ids.shape[1]))
+    with pytest.raises(ValueError, match="injected rows"):
+        build_judge_inputs(tok, *args, "everything")
+
+
 def test_truncation_limits_each_piece():
     tok = tiny_tokenizer()
     inputs = build_judge_inputs(tok, ["q" * 50], [["d" * 50, "e" * 50]], ["t" * 50], 10, 5, 7)
