@@ -282,6 +282,23 @@ SIGNAL_NOTE = (
 )
 
 
+def learning_verdicts(training: pd.DataFrame) -> list[str]:
+    """Per trained method/experiment: in how many seeds did the held-out top-1 rise, and by how much."""
+    if training.empty:
+        return []
+    lines = []
+    base = training.index.str.replace(r" \[seed .*\]$", "", regex=True)
+    for name, rows in training.groupby(base):
+        before, after = rows["held-out top-1 before"], rows["held-out top-1 after"]
+        rose = int((after > before).sum())
+        lines.append(
+            f"- `{name}`: held-out top-1 rose in {rose} of {len(rows)} seed(s); mean {before.mean():.3f} → "
+            f"{after.mean():.3f} (per seed: {', '.join(f'{a:.2f}' for a in after)}; chance "
+            f"{rows['chance top-1'].mean():.3f})" + ("" if rose == len(rows) else " — **did not learn in every seed**")
+        )
+    return lines + [""]
+
+
 def _average_note(table: pd.DataFrame) -> list[str]:
     """A line naming the datasets the ``average`` column is taken over (those every row has)."""
     if "average" not in table.columns:
@@ -353,6 +370,7 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
             "",
             _markdown(training, ("",) + tuple(TRAINING_FORMATS.get(c, ".4f") for c in training.columns)),
             "",
+            *learning_verdicts(training),
         ]
     signal = signal_table(results_dir, profile)
     if not signal.empty:

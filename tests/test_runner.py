@@ -209,3 +209,17 @@ def test_report_averages_seeds_and_shows_their_spread():
 
     assert score_table(frame).loc["m", "d"] == pytest.approx(0.4)
     assert seed_table(frame).loc["m", "d"] == "0.4000 ± 0.2000 (3)"
+
+
+def test_learning_verdicts_say_when_a_method_did_not_learn_in_every_seed():
+    from dreambench.report import learning_verdicts
+
+    training = pd.DataFrame(
+        {"held-out top-1 before": [0.21, 0.21, 0.21], "held-out top-1 after": [0.15, 0.30, 0.70],
+         "chance top-1": [0.125] * 3},
+        index=["dream [seed 0]", "dream [seed 1]", "infonce [seed 0]"],
+    )  # fmt: skip
+    lines = learning_verdicts(training)
+    assert lines[0].startswith("- `dream`: held-out top-1 rose in 1 of 2 seed(s); mean 0.210 → 0.225")
+    assert "did not learn in every seed" in lines[0]
+    assert lines[1].startswith("- `infonce`: held-out top-1 rose in 1 of 1") and "did not learn" not in lines[1]
