@@ -67,10 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override, e.g. train.lr=1e-4"
     )
     parser.add_argument(
-        "--seeds", help="comma-separated training seeds for every trained method, e.g. 0,1,2 (default: train.seed)"
+        "--seeds",
+        help="comma-separated training seeds for every trained method, e.g. 0,1,2 (default: train.seed)",
     )
     parser.add_argument(
-        "--no-signal-check", action="store_true", help="skip DREAM's signal check before training (dreambench.signal)"
+        "--no-signal-check",
+        action="store_true",
+        help="skip DREAM's signal check before training (dreambench.signal)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print what would run and exit")
     parser.add_argument("--overwrite", action="store_true", help="recompute results even if cached")
@@ -168,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"report: {path}" if path else "no stored results to render")
             return 0
         jobs = plan_jobs(
-            profile, config, _split(args.methods), _split(args.datasets), _split(args.experiments),
+            profile,
+            config,
+            _split(args.methods),
+            _split(args.datasets),
+            _split(args.experiments),
             _seeds(args.seeds),
         )
     except (ConfigError, UnknownNameError, ValueError) as exc:

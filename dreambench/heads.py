@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from .config import fingerprint
 from .data.training import TrainingInstance
 from .evaluation.metrics import evaluate
-from .judge import Judge, JudgeLayout, build_judge_inputs, judge_layout
+from .judge import LAYOUTS, Judge, JudgeLayout, build_judge_inputs, judge_layout
 from .models.backbones import autocast_dtype
 from .workspace import Workspace, write_json_atomic
 
@@ -51,7 +51,7 @@ class HeadRanking:
 
 def head_scores(judge: Judge, probe: list[TrainingInstance], batch_size: int, max_doc_tokens: int,
                 max_query_tokens: int, precision: str = "auto", progress: bool = True,
-                layout: JudgeLayout = JudgeLayout()) -> torch.Tensor:  # fmt: skip
+                layout: JudgeLayout = LAYOUTS["natural"]) -> torch.Tensor:  # fmt: skip
     """Baseline-corrected attention mass r̃ for every probe instance → (N, layers, heads, K)."""
     dtype = autocast_dtype(precision, judge.device)
     out = []
@@ -112,7 +112,7 @@ def ranking_path(
 
 def load_or_rank_heads(
     judge: Judge, probe: list[TrainingInstance], workspace: Workspace, batch_size: int, max_doc_tokens: int,
-    max_query_tokens: int, precision: str = "auto", layout: JudgeLayout = JudgeLayout(),
+    max_query_tokens: int, precision: str = "auto", layout: JudgeLayout = LAYOUTS["natural"],
 ) -> HeadRanking:  # fmt: skip
     settings = {
         "max_doc_tokens": max_doc_tokens,

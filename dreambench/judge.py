@@ -48,7 +48,10 @@ class JudgeLayout:
 LAYOUTS = {
     "natural": JudgeLayout(),
     "pieces": JudgeLayout(
-        doc_prefix="[{index}] ", question_header="QUESTION: ", target_header="\nTARGET PASSAGE: ", content_prefix=""
+        doc_prefix="[{index}] ",
+        question_header="QUESTION: ",
+        target_header="\nTARGET PASSAGE: ",
+        content_prefix="",
     ),
 }
 

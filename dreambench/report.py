@@ -13,7 +13,6 @@ Outputs under ``<reports-dir>/<profile>/``:
 from __future__ import annotations
 
 import json
-
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,7 +249,12 @@ def training_table(frame: pd.DataFrame) -> pd.DataFrame:
             "held-out instances": after.get("instances"),
             **{
                 label: summary[key]
-                for label, key in (("τ start", "tau_start"), ("τ end", "tau"), ("g start", "gate_start"), ("g end", "gate"))
+                for label, key in (
+                    ("τ start", "tau_start"),
+                    ("τ end", "tau"),
+                    ("g start", "gate_start"),
+                    ("g end", "gate"),
+                )
                 if key in summary
             },
         }
@@ -294,7 +298,8 @@ def learning_verdicts(training: pd.DataFrame) -> list[str]:
         lines.append(
             f"- `{name}`: held-out top-1 rose in {rose} of {len(rows)} seed(s); mean {before.mean():.3f} → "
             f"{after.mean():.3f} (per seed: {', '.join(f'{a:.2f}' for a in after)}; chance "
-            f"{rows['chance top-1'].mean():.3f})" + ("" if rose == len(rows) else " — **did not learn in every seed**")
+            f"{rows['chance top-1'].mean():.3f})"
+            + ("" if rose == len(rows) else " — **did not learn in every seed**")
         )
     return lines + [""]
 
@@ -375,7 +380,14 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     signal = signal_table(results_dir, profile)
     if not signal.empty:
         signal.to_csv(out / "signal.csv", float_format="%.4f")
-        sections += ["## DREAM's training signal, before training", "", SIGNAL_NOTE, "", _markdown(signal), ""]
+        sections += [
+            "## DREAM's training signal, before training",
+            "",
+            SIGNAL_NOTE,
+            "",
+            _markdown(signal),
+            "",
+        ]
     geometry = geometry_table(frame)
     if not geometry.empty:
         plotted = plot_geometry(frame, out / "geometry.png")

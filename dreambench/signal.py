@@ -85,7 +85,8 @@ def measure_signal(
     dtype = autocast_dtype(settings.precision, device)
     wrong = _wrong_candidates(instances, settings.wrong_seed)
     out: dict[str, list[float]] = {
-        k: [] for k in ("loss_none", "loss_target", "loss_uniform", "loss_wrong", "favours_target", "alignment")
+        k: []
+        for k in ("loss_none", "loss_target", "loss_uniform", "loss_wrong", "favours_target", "alignment")
     }
     bar = tqdm(total=len(instances), desc="signal check", unit="instance", disable=not progress)
     for start in range(0, len(instances), settings.batch_size):
@@ -98,7 +99,9 @@ def measure_signal(
         k = inputs.spans.num_docs
         target = torch.tensor([i.target_index for i in chunk], device=device)  # (B,)
         one_hot = torch.nn.functional.one_hot(target, k).float()  # (B, K)
-        wrong_hot = torch.nn.functional.one_hot(torch.tensor(wrong[start : start + len(chunk)], device=device), k)
+        wrong_hot = torch.nn.functional.one_hot(
+            torch.tensor(wrong[start : start + len(chunk)], device=device), k
+        )
         autocast = torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None)
         with torch.no_grad(), autocast:
             out["loss_none"] += judge.instance_losses(inputs).tolist()
@@ -228,7 +231,9 @@ def signal_check(
         "head_ranking_probe_size": ranking.probe_size,
         "head_sets": rows,
         "git": git_info(),
-        "command": "python -m dreambench.signal " + " ".join(sys.argv[1:]) if __name__ == "__main__" else None,
+        "command": "python -m dreambench.signal " + " ".join(sys.argv[1:])
+        if __name__ == "__main__"
+        else None,
     }
     write_json_atomic(path, payload)
     return payload
@@ -265,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--profile", default=DEFAULT_PROFILE)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--instances", type=int, default=None, help="first N held-out instances (default all)")
+    parser.add_argument(
+        "--instances", type=int, default=None, help="first N held-out instances (default all)"
+    )
     parser.add_argument("--head-sets", default=",".join(HEAD_SETS))
     parser.add_argument("--cache-dir")
     parser.add_argument("--results-dir")
@@ -273,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        config = apply_overrides(PROFILES.get(args.profile).config, parse_cli_overrides(args.set), where="--set")
+        config = apply_overrides(
+            PROFILES.get(args.profile).config, parse_cli_overrides(args.set), where="--set"
+        )
         workspace = Workspace.resolve(cache_dir=args.cache_dir, results_dir=args.results_dir)
         head_sets = tuple(h.strip() for h in args.head_sets.split(",") if h.strip())
         payload = signal_check(config, workspace, head_sets, args.instances, args.overwrite)

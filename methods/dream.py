@@ -171,7 +171,12 @@ class Dream(TrainedDenseMethod):
     def summary_extra(self) -> dict[str, Any]:
         p = self.params
         start = {"gate_start": 1 / (1 + math.exp(-p.gate_init)), "tau_start": p.tau_init}
-        summary = {"judge": self.judge_name, "heads": [list(h) for h in self.heads], **start, **self.training_state()}
+        summary = {
+            "judge": self.judge_name,
+            "heads": [list(h) for h in self.heads],
+            **start,
+            **self.training_state(),
+        }
         if self.ranking is not None:
             summary["head_ranking_probe_size"] = self.ranking.probe_size
         return summary

@@ -143,7 +143,10 @@ def test_dream_trains_and_evaluates_through_the_runner(workspace):
     row = "dream [seed 0]"
     assert list(table.index) == [row] and table.loc[row, "steps"] == config.train.steps
     assert table.loc[row, "held-out top-1 after"] == training["heldout_after"]["top1"]
-    assert table.loc[row, "τ start"] == config.methods["dream"].get("tau_init", 0.05) and table.loc[row, "τ end"] > 0
+    assert (
+        table.loc[row, "τ start"] == config.methods["dream"].get("tau_init", 0.05)
+        and table.loc[row, "τ end"] > 0
+    )
     render(workspace.results_dir, workspace.reports_dir, "smoke")
     assert "## Training" in (workspace.reports_dir / "smoke" / "report.md").read_text()
     assert (workspace.reports_dir / "smoke" / "training.csv").is_file()

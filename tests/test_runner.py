@@ -222,4 +222,6 @@ def test_learning_verdicts_say_when_a_method_did_not_learn_in_every_seed():
     lines = learning_verdicts(training)
     assert lines[0].startswith("- `dream`: held-out top-1 rose in 1 of 2 seed(s); mean 0.210 → 0.225")
     assert "did not learn in every seed" in lines[0]
-    assert lines[1].startswith("- `infonce`: held-out top-1 rose in 1 of 1") and "did not learn" not in lines[1]
+    assert (
+        lines[1].startswith("- `infonce`: held-out top-1 rose in 1 of 1") and "did not learn" not in lines[1]
+    )

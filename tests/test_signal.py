@@ -46,7 +46,10 @@ def test_signal_check_mechanics_on_the_smoke_profile(workspace, monkeypatch):
         assert 0.0 <= row["favours_target"] <= 1.0 and -1.0 <= row["alignment"] <= 1.0
     assert len(format_rows(payload)) == 3
     stored = list((workspace.results_dir / "smoke" / "signal").glob("*.json"))
-    assert len(stored) == 1 and json.loads(stored[0].read_text())["head_sets"].keys() == payload["head_sets"].keys()
+    assert (
+        len(stored) == 1
+        and json.loads(stored[0].read_text())["head_sets"].keys() == payload["head_sets"].keys()
+    )
 
     # a second call is served from the stored result: no judge is loaded
     import dreambench.judge
