@@ -267,7 +267,8 @@ def signal_table(results_dir: Path, profile: str) -> pd.DataFrame:
 
     rows = []
     for path in sorted((results_dir / profile / "signal").glob("*.json")):
-        rows += format_rows(json.loads(path.read_text()))
+        payload = json.loads(path.read_text())
+        rows += [{**row, "command": payload.get("command")} for row in format_rows(payload)]
     if not rows:
         return pd.DataFrame()
     table = pd.DataFrame(rows).drop(columns=["p"])
@@ -275,8 +276,7 @@ def signal_table(results_dir: Path, profile: str) -> pd.DataFrame:
 
 
 SIGNAL_NOTE = (
-    "Measured on the held-out instances before any training (`python -m dreambench.signal`, with the `--set` "
-    "options of the row). Mean target-token loss of the frozen judge with no injection (g = 0) and with the "
+    "Measured on the held-out instances before any training (the commands are listed below the table). Mean target-token loss of the frozen judge with no injection (g = 0) and with the "
     "heads' query rows re-weighted by p one-hot on the target, uniform, one-hot on a wrong candidate; "
     "`oracle gap` = loss uniform − loss target (what a perfect retriever could gain), `wrong gap` = loss "
     "wrong − loss target, both in nats per target token. `favours target`: share of instances whose gradient "
@@ -385,7 +385,11 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
             "",
             SIGNAL_NOTE,
             "",
-            _markdown(signal),
+            _markdown(signal.drop(columns=["command"])),
+            "",
+            "Commands (one per check, in table order):",
+            "",
+            *[f"- `{c}`" for c in dict.fromkeys(signal["command"]) if c],
             "",
         ]
     geometry = geometry_table(frame)

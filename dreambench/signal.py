@@ -153,10 +153,32 @@ def summarise(per_instance: dict[str, list[float]], num_candidates: list[int]) -
     }
 
 
-def _settings(config: RunConfig) -> SignalSettings:
+def _dream_params(config: RunConfig) -> Any:
     from .method import METHODS
 
-    p = method_params(METHODS.get("dream").Params, config, "dream")
+    return method_params(METHODS.get("dream").Params, config, "dream")
+
+
+def reproducing_command(config: RunConfig, head_sets: tuple[str, ...], max_instances: int | None) -> str:
+    """The ``python -m dreambench.signal`` call that gives this check: DREAM options that differ from the profile."""
+    from dataclasses import fields
+
+    from .profiles import PROFILES
+
+    words = ["python -m dreambench.signal", f"--profile {config.profile}"]
+    if max_instances:
+        words.append(f"--instances {max_instances}")
+    if tuple(head_sets) != HEAD_SETS:
+        words.append(f"--head-sets {','.join(head_sets)}")
+    ours, base = _dream_params(config), _dream_params(PROFILES.get(config.profile).config)
+    for field in fields(ours):
+        if getattr(ours, field.name) != getattr(base, field.name):
+            words.append(f"--set methods.dream.{field.name}={getattr(ours, field.name)}")
+    return " ".join(words)
+
+
+def _settings(config: RunConfig) -> SignalSettings:
+    p = _dream_params(config)
     return SignalSettings(
         judge=p.judge or config.model.backbone,
         layout=p.layout,
@@ -186,7 +208,6 @@ def signal_check(
     """Run (or load) the check on the held-out instances for every head set; returns the stored payload."""
     from .data.training import load_training_data
     from .heads import load_or_rank_heads, select_heads
-    from .method import METHODS
     from .workspace import git_info
 
     unknown = [h for h in head_sets if h not in HEAD_SETS]
@@ -206,7 +227,7 @@ def signal_check(
 
         return json.loads(path.read_text())
     judge = Judge.load(settings.judge, workspace).eval()
-    p = method_params(METHODS.get("dream").Params, config, "dream")
+    p = _dream_params(config)
     ranking = load_or_rank_heads(
         judge, data.probe, workspace, p.probe_batch_size, p.max_doc_tokens, p.max_query_tokens,
         config.train.precision, layout,
@@ -231,9 +252,7 @@ def signal_check(
         "head_ranking_probe_size": ranking.probe_size,
         "head_sets": rows,
         "git": git_info(),
-        "command": "python -m dreambench.signal " + " ".join(sys.argv[1:])
-        if __name__ == "__main__"
-        else None,
+        "command": reproducing_command(config, head_sets, max_instances),
     }
     write_json_atomic(path, payload)
     return payload

@@ -45,6 +45,7 @@ def test_signal_check_mechanics_on_the_smoke_profile(workspace, monkeypatch):
         assert row["oracle_gap"] == pytest.approx(row["loss_uniform"] - row["loss_target"])
         assert 0.0 <= row["favours_target"] <= 1.0 and -1.0 <= row["alignment"] <= 1.0
     assert len(format_rows(payload)) == 3
+    assert payload["command"] == "python -m dreambench.signal --profile smoke"
     stored = list((workspace.results_dir / "smoke" / "signal").glob("*.json"))
     assert (
         len(stored) == 1
@@ -64,6 +65,9 @@ def test_signal_check_mechanics_on_the_smoke_profile(workspace, monkeypatch):
 def test_with_the_gate_closed_every_injection_is_the_plain_judge(workspace):
     closed = apply_overrides(SMOKE, {"methods.dream.gate_init": -40.0})  # g = σ(−40) ≈ 4e-18
     payload = signal_check(closed, workspace, head_sets=("qrhead",), progress=False)
+    assert payload["command"] == (
+        "python -m dreambench.signal --profile smoke --head-sets qrhead --set methods.dream.gate_init=-40.0"
+    )
     row = payload["head_sets"]["qrhead"]["per_instance"]
     for key in ("loss_target", "loss_uniform", "loss_wrong"):
         assert row[key] == pytest.approx(row["loss_none"], abs=1e-6)
