@@ -4,8 +4,8 @@ AdamW (parameter groups from the method: no weight decay on vectors and scalars;
 own rate), linear warmup then linear/cosine decay, gradient accumulation, bf16 autocast where the hardware
 supports it, gradient clipping, seeds, a JSONL log (loss, lr, grad norm, tokens/s and the method's own
 statistics — DREAM's gate g and temperature τ), a progress bar, and periodic checkpoints (trainable weights,
-optimiser, scheduler, RNG states, step, config) that a re-run resumes from. Micro-batch ``i`` of the loader is a pure function of ``i``, so a resumed run is identical to
-an uninterrupted one.
+optimiser, scheduler, RNG states, step, config) that a re-run resumes from. Micro-batch ``i`` of the loader
+is a pure function of ``i``, so a resumed run is identical to an uninterrupted one.
 """
 
 from __future__ import annotations
