@@ -44,7 +44,7 @@ class Profile:
 
 PROFILES: Registry[Profile] = Registry("profile")
 
-MAIN_METHODS = ("bm25", "untrained", "infonce", "dream")
+MAIN_METHODS = ("bm25", "untrained", "infonce", "replug", "revela", "dream")
 
 
 def _main_experiments() -> tuple[Experiment, ...]:
@@ -176,7 +176,12 @@ PAPER = Profile(
                 "curev1",
             )
         ),
-        methods={"dream": {"judge": "llama-3.1-8b-instruct"}},
+        # one frozen judge for DREAM and REPLUG; Revela co-trains the same model as its LM
+        methods={
+            "dream": {"judge": "llama-3.1-8b-instruct"},
+            "replug": {"judge": "llama-3.1-8b-instruct"},
+            "revela": {"lm": "llama-3.1-8b-instruct"},
+        },
     ),  # fmt: skip
     experiments=_main_experiments() + _dream_ablations(16, 16, ()),
 )

@@ -1,9 +1,6 @@
-"""The custom attention kernel: DREAM score injection (§3.3, Eq. 7–9) and query-row attention probes (§3.2).
+"""DREAM's score injection (§3.3, Eq. 7–9) and QRHead's query-row attention probes (§3.2).
 
-Registered with transformers' attention interface under ``ATTENTION_NAME`` (together with a mask function
-under the same name — without it the attention mask silently arrives as ``None``), so any HF decoder judge
-(Llama, Qwen2, SmolLM2, Gemma3, …) uses it via ``model.set_attn_implementation(ATTENTION_NAME)``. Per-call
-inputs travel as keyword arguments of ``model(...)``:
+Per-call inputs travel as keyword arguments of ``model(...)`` (see :mod:`dreambench.attention`):
 
 * ``score_injection=InjectionPlan(...)`` — for the selected (layer, head) pairs and the query-token rows,
   replace the attention ``α`` by ``(1 − g)·α + g·α^R`` where ``α^R(a, b) = p_j · α(a, b) / Σ_{b'∈D_j} α(a, b')``
@@ -28,9 +25,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-
-ATTENTION_NAME = "dreambench"
-
 
 # ----------------------------------------------------------------------------------------------------------
 # per-call inputs
@@ -244,57 +238,6 @@ def query_attention_mass(
     mass = torch.einsum("bhqt,bkt->bhqk", probs, membership)  # (B, H, Q, K)
     q_mask = spans.query_mask[:, None, :, None].to(mass.dtype)
     return (mass * q_mask).sum(2) / q_mask.sum(2)  # (B, H, K)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# the registered attention function
-
-
-def dreambench_attention(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    score_injection: InjectionPlan | None = None,
-    attention_probe: AttentionProbe | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    output, _ = sdpa_attention_forward(
-        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-    )  # (B, T, H, D)
-    if scaling is None:
-        scaling = query.shape[-1] ** -0.5
-    layer = getattr(module, "layer_idx", None)
-    if attention_probe is not None:
-        attention_probe.mass[layer] = query_attention_mass(
-            query, key, attention_mask, scaling, attention_probe.spans
-        )
-    if score_injection is not None and layer in score_injection.heads:
-        output = apply_injection(
-            output, query, key, value, attention_mask, scaling, score_injection.heads[layer], score_injection
-        )
-    return output, None
-
-
-def register() -> str:
-    """Register the kernel and its mask function with transformers (idempotent); returns the name to use."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(ATTENTION_NAME, dreambench_attention)
-    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
-    return ATTENTION_NAME
-
-
-def use_kernel(model: torch.nn.Module) -> torch.nn.Module:
-    """Switch a loaded HF model to this attention implementation."""
-    model.set_attn_implementation(register())
-    return model
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,0 +1,233 @@
+"""REPLUG LSR (Shi et al., 2024), as adapted by Revela (App. B.3) and DREAM (§4.1): distil a frozen judge's
+likelihoods into the retriever.
+
+For each training instance the frozen judge scores every candidate alone: ℓ_j = log p(y | d_j, q), the
+judge reading the DREAM layout with the single passage d_j. P_LM(d_j) = softmax_j(ℓ_j/η) and
+P_R(d_j) = softmax_j(s_j/τ) with s_j = e_q·e_{d_j}; the loss is KL(P_LM ‖ P_R) averaged over the batch.
+ℓ_j is the mean token log-likelihood by default (Atlas' perplexity distillation), the sum as an option;
+η = τ = 1e-3 (Revela App. B.3).
+
+The judge is frozen, so ℓ depends only on (judge, layout, training set): it is computed once, batched, and
+appended to ``<cache>/likelihoods/<judge>-<key>.jsonl`` (one line per instance, flushed as it goes, so an
+interrupted build resumes where it stopped). Training then runs the retriever alone and never loads the judge.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from dreambench.config import fingerprint
+from dreambench.data.loader import CandidateBatch
+from dreambench.method import TrainedDenseMethod, register_method
+from dreambench.workspace import Workspace, atomic_path
+
+log = logging.getLogger(__name__)
+
+LIKELIHOODS = ("mean", "sum")
+
+
+@dataclass(frozen=True)
+class ReplugParams:
+    judge: str = ""  # the frozen LM (alias, hub id or path); "" = the retriever's backbone, as DREAM's judge
+    eta: float = 1e-3  # η, the LM temperature (Revela App. B.3)
+    tau: float = 1e-3  # τ, the retriever temperature (Revela App. B.3)
+    likelihood: str = "mean"  # mean (length-normalised, Atlas) | sum (REPLUG's log p(y | d, q))
+    layout: str = "natural"  # judge input tokenisation (dreambench.judge.LAYOUTS), as DREAM
+    max_doc_tokens: int = 128
+    max_query_tokens: int = 64
+    max_target_tokens: int = 128
+    score_batch_size: int = 32  # judge rows (instance × candidate) per forward pass while building the cache
+
+
+def replug_loss(log_likelihoods: torch.Tensor, scores: torch.Tensor, eta: float, tau: float) -> torch.Tensor:
+    """KL(P_LM ‖ P_R) averaged over the batch; log_likelihoods ℓ and scores s are (B, K)."""
+    p_lm = torch.softmax(log_likelihoods.float() / eta, dim=-1)
+    log_p_r = torch.log_softmax(scores.float() / tau, dim=-1)
+    return nn.functional.kl_div(log_p_r, p_lm, reduction="batchmean")
+
+
+class LikelihoodCache:
+    """ℓ for every (instance, candidate) of one training set under one judge: an append-only JSONL file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def for_instances(
+        cls, workspace: Workspace, judge_name: str, instances: list, settings: dict
+    ) -> LikelihoodCache:
+        safe = judge_name.replace("/", "--")
+        key = fingerprint([(i.id, i.query, i.candidates, i.target_index) for i in instances], settings)
+        return cls(workspace.cache("likelihoods") / f"{safe}-{key}.jsonl")
+
+    def read(self) -> dict[str, dict[str, Any]]:
+        """Complete lines only; a torn last line (a killed build) is dropped from the file."""
+        if not self.path.is_file():
+            return {}
+        records, good = {}, []
+        lines = self.path.read_text().splitlines(keepends=True)
+        for line in lines:
+            try:
+                record = json.loads(line)
+                records[record["id"]] = record
+            except (json.JSONDecodeError, KeyError, TypeError):
+                break
+            if not line.endswith("\n"):
+                break
+            good.append(line)
+        if len(good) != len(lines):
+            log.warning(
+                "%s: dropping %d incomplete line(s) of an interrupted build",
+                self.path,
+                len(lines) - len(good),
+            )
+            with atomic_path(self.path) as tmp:
+                tmp.write_text("".join(good))
+            records = {json.loads(line)["id"]: json.loads(line) for line in good}
+        return records
+
+    def append(self, records: list[dict[str, Any]]) -> None:
+        with self.path.open("a") as handle:
+            handle.write("".join(json.dumps(r) + "\n" for r in records))
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+@torch.inference_mode()
+def score_candidates(judge, instances: list, params: ReplugParams, precision: str) -> list[dict[str, Any]]:
+    """ℓ_j for each candidate of each instance, one passage per judge row → one record per instance."""
+    from dreambench.judge import build_judge_inputs, judge_layout
+    from dreambench.models.backbones import autocast_dtype
+
+    rows = [(inst, doc) for inst in instances for doc in inst.candidates]
+    inputs = build_judge_inputs(
+        judge.tokenizer, [inst.query for inst, _ in rows], [[doc] for _, doc in rows],
+        [inst.target for inst, _ in rows], params.max_doc_tokens, params.max_query_tokens,
+        params.max_target_tokens, judge_layout(params.layout),
+    ).to(judge.device)  # fmt: skip
+    dtype = autocast_dtype(precision, judge.device)
+    with torch.autocast(judge.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+        losses = judge.target_token_losses(inputs).float()  # (R, Y) token NLLs
+    mask = inputs.target_mask.to(losses.dtype)
+    total = -(losses * mask).sum(dim=1)
+    mean = total / mask.sum(dim=1)
+    k = len(instances[0].candidates)
+    return [
+        {
+            "id": inst.id,
+            "mean": mean[b * k : (b + 1) * k].tolist(),
+            "sum": total[b * k : (b + 1) * k].tolist(),
+        }
+        for b, inst in enumerate(instances)
+    ]
+
+
+@register_method("replug")
+class Replug(TrainedDenseMethod):
+    description = "REPLUG LSR: KL from a frozen judge's per-candidate likelihoods of the target (cached once)"
+    Params = ReplugParams
+    view = "candidates"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        p = self.params
+        from dreambench.judge import LAYOUTS
+
+        if not (p.eta > 0 and p.tau > 0):
+            raise ValueError(
+                f"methods.replug.eta and methods.replug.tau must be positive, got {p.eta}, {p.tau}"
+            )
+        if p.likelihood not in LIKELIHOODS:
+            raise ValueError(
+                f"methods.replug.likelihood: unknown {p.likelihood!r}; known: {', '.join(LIKELIHOODS)}"
+            )
+        if p.layout not in LAYOUTS:
+            raise ValueError(f"methods.replug.layout: unknown {p.layout!r}; known: {', '.join(LAYOUTS)}")
+        if p.score_batch_size < 1:
+            raise ValueError(f"methods.replug.score_batch_size must be positive, got {p.score_batch_size}")
+
+    @property
+    def judge_name(self) -> str:
+        return self.params.judge or self.config.model.backbone
+
+    def build(self, data: Any) -> None:
+        self.retriever = self.load_retriever(lora=True)
+        self.cache_stats: dict[str, Any] = {}
+        if (self.checkpoint_dir() / "final.pt").is_file():
+            return  # trained already: evaluation needs the retriever only
+        self.likelihoods = self.load_likelihoods(data.train)
+
+    def load_likelihoods(self, instances: list) -> dict[str, list[float]]:
+        """ℓ for every training instance: from the cache, computing (and appending) only what is missing."""
+        p = self.params
+        unused = ("eta", "tau", "likelihood", "score_batch_size")  # what ℓ does not depend on
+        settings = {**{k: v for k, v in asdict(p).items() if k not in unused}, "judge": self.judge_name}
+        cache = LikelihoodCache.for_instances(self.workspace, self.judge_name, instances, settings)
+        records = cache.read()
+        missing = [inst for inst in instances if inst.id not in records]
+        calls = 0
+        if missing:
+            from dreambench.judge import Judge
+
+            judge = Judge.load(self.judge_name, self.workspace).to(self.device).eval()
+            per_call = max(1, p.score_batch_size // len(missing[0].candidates))
+            log.info(
+                "REPLUG: judge likelihoods for %d of %d instances → %s",
+                len(missing),
+                len(instances),
+                cache.path,
+            )
+            for start in range(0, len(missing), per_call):
+                chunk = missing[start : start + per_call]
+                began = time.perf_counter()
+                new = score_candidates(judge, chunk, p, self.config.train.precision)
+                seconds = (time.perf_counter() - began) / len(chunk)
+                new = [{**r, "seconds": seconds} for r in new]
+                cache.append(new)
+                records.update({r["id"]: r for r in new})
+                calls += 1
+            del judge
+        chosen = [records[inst.id] for inst in instances]
+        self.cache_stats = {
+            "likelihood_cache": str(cache.path),
+            "likelihood_cache_build_s": round(sum(r.get("seconds", 0.0) for r in chosen), 1),
+            "judge_calls_this_run": calls,
+            "lm_prefers_target": sum(
+                max(range(len(r[p.likelihood])), key=r[p.likelihood].__getitem__) == inst.target_index
+                for r, inst in zip(chosen, instances, strict=True)
+            ) / len(instances),
+        }  # fmt: skip
+        return {inst.id: records[inst.id][p.likelihood] for inst in instances}
+
+    def trainable_modules(self) -> nn.Module:
+        return self.retriever
+
+    def compute_loss(self, batch: CandidateBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        p = self.params
+        seen = self.retriever.tokens_embedded
+        scores = self.retriever.candidate_scores(batch.queries, batch.candidates)  # (B, K)
+        ell = torch.tensor([self.likelihoods[i] for i in batch.instance_ids], device=scores.device)
+        loss = replug_loss(ell, scores, p.eta, p.tau)
+        target = torch.tensor(batch.target_index, device=scores.device)
+        with torch.no_grad():
+            hit = (scores.argmax(dim=1) == target).float().mean()
+        return loss, {"train_top1": float(hit), "tokens": self.retriever.tokens_embedded - seen}
+
+    def summary_extra(self) -> dict[str, Any]:
+        p = self.params
+        return {
+            "judge": self.judge_name,
+            "eta": p.eta,
+            "tau": p.tau,
+            "likelihood": p.likelihood,
+            **self.cache_stats,
+        }

@@ -1,0 +1,145 @@
+"""Revela (Cai et al., ICLR 2026): a retriever trained through an LM's in-batch attention (§3, App. B.5).
+
+A batch is the C chunks of one candidate set, shuffled (the loader's ``chunks`` view; several sets per
+micro-batch are independent groups). The retriever embeds the first half of each chunk as a query (e^q_i)
+and each whole chunk as a passage (e^k_j); Sim_ij = softmax over j ≠ i of cos(e^q_i, e^k_j)/τ (§3.3).
+The LM runs twice, as in the authors' released code: stream 1 is a plain causal pass over every chunk that
+keeps each layer's keys and values; stream 2 re-runs the chunks and every layer and head adds
+Σ_{j≠i} Sim_ij · softmax(Q_i K_jᵀ/√d) V_j, V-normalised by default (Eq. 5–9; the kernel is
+``dreambench.attention.inbatch``). The next-token loss on stream 2 trains the retriever's LoRA and the LM's
+LoRA together; both base models stay frozen.
+
+The LM is the profile's judge model (``lm``; default the shared backbone), as Revela pairs a retriever with an
+LM of its size. Defaults follow the paper: τ = 1e-4, V-normalisation on (prose), the first half of a chunk
+as its query (App. B.5, "similarity calculation within chunks").
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from dreambench.attention import InBatchMemory, InBatchPlan, similarity
+from dreambench.data.loader import ChunkBatch
+from dreambench.method import TrainedDenseMethod, register_method
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RevelaParams:
+    lm: str = ""  # the co-trained LM (alias, hub id or path); "" = the retriever's backbone
+    tau: float = 1e-4  # Sim temperature (Revela §4.1)
+    v_norm: bool = True  # Eq. 8–9: on for prose (Wikipedia), off for code (App. B.5)
+    v_norm_eps: float = 1e-6
+    query_half: bool = True  # e^q_i embeds the first half of chunk i (App. B.5); False = the whole chunk
+    lm_lora_r: int = 32  # the paper uses 256 for both models; here the retriever's rank of the profile
+    lm_lora_alpha: int = 64
+    max_chunk_tokens: int = 128  # LM tokens per chunk (the paper truncates passages to 160)
+
+
+class RevelaModules(nn.Module):
+    """Everything that trains: the retriever's LoRA and the LM's LoRA."""
+
+    def __init__(self, retriever: nn.Module, lm: nn.Module):
+        super().__init__()
+        self.retriever = retriever
+        self.lm = lm
+
+
+def first_half(tokenizer, text: str) -> str:
+    """The first half (rounded up) of ``text``'s tokens under ``tokenizer``, as text."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer.decode(ids[: max(1, (len(ids) + 1) // 2)]).strip() or text
+
+
+@register_method("revela")
+class Revela(TrainedDenseMethod):
+    description = (
+        "Revela: retriever similarity weights in-batch attention across chunks; LM co-trained (LoRA)"
+    )
+    Params = RevelaParams
+    view = "chunks"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        p = self.params
+        if not p.tau > 0:
+            raise ValueError(f"methods.revela.tau must be positive, got {p.tau}")
+        if p.lm_lora_r < 1:
+            raise ValueError(f"methods.revela.lm_lora_r must be ≥ 1 (the LM trains), got {p.lm_lora_r}")
+        if p.max_chunk_tokens < 2:
+            raise ValueError(f"methods.revela.max_chunk_tokens must be ≥ 2, got {p.max_chunk_tokens}")
+        if self.config.data.num_candidates < 2:
+            raise ValueError("revela needs at least 2 chunks per group (data.num_candidates ≥ 2)")
+
+    @property
+    def lm_name(self) -> str:
+        return self.params.lm or self.config.model.backbone
+
+    def build(self, data: Any) -> None:
+        from dreambench.judge import Judge
+
+        p = self.params
+        self.retriever = self.load_retriever(lora=True)
+        self.lm = Judge.load(self.lm_name, self.workspace, p.lm_lora_r, p.lm_lora_alpha).to(self.device)
+        self.modules_ = RevelaModules(self.retriever, self.lm)
+        log.info("Revela: LM %s (LoRA r=%d), τ=%g, V-norm %s", self.lm_name, p.lm_lora_r, p.tau, p.v_norm)
+
+    def trainable_modules(self) -> nn.Module:
+        return self.modules_
+
+    def lm_inputs(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded LM token ids and attention mask of the chunks → (N, L) each."""
+        tok = self.lm.tokenizer
+        rows = tok(texts, add_special_tokens=True, truncation=True, max_length=self.params.max_chunk_tokens)
+        rows = rows["input_ids"]
+        width = max(len(r) for r in rows)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = torch.tensor(row)
+            mask[i, : len(row)] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def similarity(self, groups: list[list[str]]) -> torch.Tensor:
+        """Sim (G, C, C) with the retriever's gradients (Revela §3.3)."""
+        p = self.params
+        texts = [t for group in groups for t in group]
+        halves = [first_half(self.retriever.tokenizer, t) for t in texts] if p.query_half else texts
+        shape = (len(groups), len(groups[0]), -1)
+        e_q = self.retriever.embed(halves, "query").view(shape)
+        e_k = self.retriever.embed(texts, "passage").view(shape)
+        return similarity(e_q, e_k, p.tau)
+
+    def compute_loss(self, batch: ChunkBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        p = self.params
+        if len({len(g) for g in batch.chunks}) != 1:
+            raise ValueError("every group of a Revela batch needs the same number of chunks")
+        seen = self.retriever.tokens_embedded
+        sim = self.similarity(batch.chunks)  # (G, C, C)
+        ids, mask = self.lm_inputs([t for group in batch.chunks for t in group])
+        decoder = self.lm.causal_lm.get_decoder()
+        memory = InBatchMemory()
+        decoder(input_ids=ids, attention_mask=mask, use_cache=False, inbatch_record=memory)  # stream 1
+        plan = InBatchPlan(memory, sim, mask.bool(), p.v_norm, p.v_norm_eps)
+        hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False, inbatch_attend=plan)  # stream 2
+        predicting = mask[:, 1:].bool()  # position t−1 predicts token t
+        logits = self.lm.causal_lm.get_output_embeddings()(hidden.last_hidden_state[:, :-1][predicting])
+        loss = nn.functional.cross_entropy(logits.float(), ids[:, 1:][predicting])
+        with torch.no_grad():
+            top = sim.max(dim=-1).values.mean()  # how peaked Sim is: 1/(C−1) uniform … 1 one-hot
+        tokens = 2 * int(mask.sum()) + self.retriever.tokens_embedded - seen  # two LM streams + retriever
+        return loss, {"sim_max": float(top), "tokens": tokens}
+
+    def summary_extra(self) -> dict[str, Any]:
+        p = self.params
+        return {"lm": self.lm_name, "tau": p.tau, "v_norm": p.v_norm, "lm_lora_r": p.lm_lora_r}
+
+    def after_training(self) -> None:
+        self.lm = self.modules_ = None  # evaluation only needs the retriever
