@@ -89,7 +89,7 @@ def inbatch_term(
     k = key.repeat_interleave(n_rep, dim=1) if n_rep > 1 else key  # (N, H, Lk, D)
     v = value.repeat_interleave(n_rep, dim=1) if n_rep > 1 else value
     if plan.v_norm:  # ‖V_j‖ as one more value channel: its attention average is Eq. 8's N_ij
-        v = torch.cat([v, v.float().norm(dim=-1, keepdim=True).to(v.dtype)], dim=-1)
+        v = torch.cat([v, _at_least_fp32(v).norm(dim=-1, keepdim=True).to(v.dtype)], dim=-1)
     rows, cols = _off_diagonal_pairs(size, query.device)
 
     def pairs(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:  # (N, …) → (G·P, …)
