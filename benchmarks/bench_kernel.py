@@ -1,6 +1,7 @@
 """Speed of the score-injection kernel and of a DREAM judge step (python -m pytest benchmarks -k kernel).
 
 * kernel alone: one attention call (forward + backward) with injection into 2 of 9 heads vs stock SDPA;
+* Revela's in-batch term: the fused kernel vs its pair-by-pair reference (``-k inbatch``);
 * judge step on SmolLM2-135M-Instruct (the mini profile's judge; skipped when the package is missing),
   same token shapes: forward only; plain forward + backward (gradient w.r.t. the input embeddings, i.e. the
   full backward a trainable judge would pay); DREAM (16 injected heads, gradient w.r.t. the document weights
@@ -95,3 +96,30 @@ def test_judge_step(benchmark, smol_judge, mode):
     else:
         benchmark.pedantic(step, rounds=5, warmup_rounds=1)
     benchmark.extra_info["tokens"] = length
+
+
+@pytest.mark.parametrize("impl", ["fused", "reference"])
+def test_inbatch_forward_backward(benchmark, impl):
+    """Revela's cross-chunk term for one candidate set (8 chunks of 96 tokens, SmolLM2's 9 heads / 3 KV
+    heads): the fused all-pairs SDPA call vs the pair-by-pair reference on explicit score matrices."""
+    from dreambench.attention import InBatchMemory, InBatchPlan, inbatch_term, reference_inbatch, similarity
+
+    chunks, length = 8, 96
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(chunks, 9, length, 64, generator=gen, requires_grad=True)
+    k = torch.randn(chunks, 3, length, 64, generator=gen, requires_grad=True)
+    v = torch.randn(chunks, 3, length, 64, generator=gen, requires_grad=True)
+    emb = torch.nn.functional.normalize(torch.randn(1, chunks, 32, generator=gen), dim=-1).requires_grad_()
+    key_mask = torch.arange(length)[None, :] < torch.randint(
+        length // 2, length + 1, (chunks, 1), generator=gen
+    )
+
+    def step():
+        sim = similarity(emb, emb, 0.05)
+        if impl == "fused":
+            out = inbatch_term(q, k, v, InBatchPlan(InBatchMemory(), sim, key_mask), 0.125)
+        else:
+            out = reference_inbatch(q, k, v, key_mask, sim, 0.125, v_norm=True)
+        out.sum().backward()
+
+    benchmark(step)

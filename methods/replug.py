@@ -226,8 +226,8 @@ class Replug(TrainedDenseMethod):
         p = self.params
         return {
             "judge": self.judge_name,
-            "eta": p.eta,
-            "tau": p.tau,
+            "lm_temperature": p.eta,
+            "retriever_temperature": p.tau,
             "likelihood": p.likelihood,
             **self.cache_stats,
         }

@@ -139,7 +139,7 @@ class Revela(TrainedDenseMethod):
 
     def summary_extra(self) -> dict[str, Any]:
         p = self.params
-        return {"lm": self.lm_name, "tau": p.tau, "v_norm": p.v_norm, "lm_lora_r": p.lm_lora_r}
+        return {"lm": self.lm_name, "sim_temperature": p.tau, "v_norm": p.v_norm, "lm_lora_r": p.lm_lora_r}
 
     def after_training(self) -> None:
         self.lm = self.modules_ = None  # evaluation only needs the retriever

@@ -202,7 +202,7 @@ def test_kernel_equals_reference_on_gpu():
     fast = kernel(q, k, v, mask, plan)
     ref = reference_attention(q, k, v, mask, D**-0.5, plan, layer=0)
     assert torch.allclose(fast, ref, atol=1e-4)
-    grads_fast = torch.autograd.grad(fast.square().sum(), (q, k, v, logits, gamma))
+    grads_fast = torch.autograd.grad(fast.square().sum(), (q, k, v, logits, gamma), retain_graph=True)
     grads_ref = torch.autograd.grad(ref.square().sum(), (q, k, v, logits, gamma))
     for a, b in zip(grads_fast, grads_ref, strict=True):
         assert torch.allclose(a, b, atol=1e-3, rtol=1e-3)

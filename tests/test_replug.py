@@ -92,7 +92,10 @@ def test_replug_trains_and_evaluates_through_the_runner(workspace):
         ResultKey("smoke", "replug", "default", "wiki-desc2lead").json_path(workspace.results_dir).read_text()
     )
     training = payload["training"]
-    assert training["steps"] == SMOKE.train.steps and training["eta"] == training["tau"] == 1e-3
+    assert (
+        training["steps"] == SMOKE.train.steps
+        and training["lm_temperature"] == training["retriever_temperature"] == 1e-3
+    )
     assert 0.0 <= training["lm_prefers_target"] <= 1.0 and training["judge_calls_this_run"] > 0
 
 
