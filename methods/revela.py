@@ -95,17 +95,11 @@ class Revela(TrainedDenseMethod):
 
     def lm_inputs(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Right-padded LM token ids and attention mask of the chunks → (N, L) each."""
-        tok = self.lm.tokenizer
-        rows = tok(texts, add_special_tokens=True, truncation=True, max_length=self.params.max_chunk_tokens)
-        rows = rows["input_ids"]
-        width = max(len(r) for r in rows)
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = torch.tensor(row)
-            mask[i, : len(row)] = 1
-        return ids.to(self.device), mask.to(self.device)
+        encoded = self.lm.tokenizer(
+            texts, truncation=True, max_length=self.params.max_chunk_tokens, padding=True,
+            padding_side="right", return_tensors="pt",
+        )  # fmt: skip
+        return encoded["input_ids"].to(self.device), encoded["attention_mask"].to(self.device)
 
     def similarity(self, groups: list[list[str]]) -> torch.Tensor:
         """Sim (G, C, C) with the retriever's gradients (Revela §3.3)."""
