@@ -98,21 +98,39 @@ def test_judge_step(benchmark, smol_judge, mode):
     benchmark.extra_info["tokens"] = length
 
 
+INBATCH_SHAPES = {  # chunks, tokens, heads, KV heads, dtype
+    "cpu": (8, 96, 9, 3, torch.float32),  # one mini candidate set, SmolLM2's attention
+    "cuda": (
+        16,
+        160,
+        32,
+        8,
+        torch.bfloat16,
+    ),  # Revela's batch (16 chunks ≤ 160 tokens), Llama-3.2-1B's attention
+}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("impl", ["fused", "reference"])
-def test_inbatch_forward_backward(benchmark, impl):
-    """Revela's cross-chunk term for one candidate set (8 chunks of 96 tokens, SmolLM2's 9 heads / 3 KV
-    heads): the fused all-pairs SDPA call vs the pair-by-pair reference on explicit score matrices."""
+def test_inbatch_forward_backward(benchmark, impl, device):
+    """Revela's cross-chunk term for one layer, forward + backward: the fused all-pairs SDPA call vs the
+    pair-by-pair reference on explicit score matrices (on CUDA when a device is present)."""
     from dreambench.attention import InBatchMemory, InBatchPlan, inbatch_term, reference_inbatch, similarity
 
-    chunks, length = 8, 96
-    gen = torch.Generator().manual_seed(0)
-    q = torch.randn(chunks, 9, length, 64, generator=gen, requires_grad=True)
-    k = torch.randn(chunks, 3, length, 64, generator=gen, requires_grad=True)
-    v = torch.randn(chunks, 3, length, 64, generator=gen, requires_grad=True)
-    emb = torch.nn.functional.normalize(torch.randn(1, chunks, 32, generator=gen), dim=-1).requires_grad_()
-    key_mask = torch.arange(length)[None, :] < torch.randint(
-        length // 2, length + 1, (chunks, 1), generator=gen
-    )
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    chunks, length, heads, kv_heads, dtype = INBATCH_SHAPES[device]
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def rand(*shape, dtype=dtype):
+        return torch.randn(*shape, generator=gen, device=device, dtype=dtype)
+
+    q = rand(chunks, heads, length, 64).requires_grad_()
+    k = rand(chunks, kv_heads, length, 64).requires_grad_()
+    v = rand(chunks, kv_heads, length, 64).requires_grad_()
+    emb = torch.nn.functional.normalize(rand(1, chunks, 32, dtype=torch.float32), dim=-1).requires_grad_()
+    lengths = torch.randint(length // 2, length + 1, (chunks, 1), generator=gen, device=device)
+    key_mask = torch.arange(length, device=device)[None, :] < lengths
 
     def step():
         sim = similarity(emb, emb, 0.05)
@@ -120,6 +138,8 @@ def test_inbatch_forward_backward(benchmark, impl):
             out = inbatch_term(q, k, v, InBatchPlan(InBatchMemory(), sim, key_mask), 0.125)
         else:
             out = reference_inbatch(q, k, v, key_mask, sim, 0.125, v_norm=True)
-        out.sum().backward()
+        out.float().sum().backward()
+        if device == "cuda":
+            torch.cuda.synchronize()
 
     benchmark(step)

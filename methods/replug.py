@@ -73,26 +73,18 @@ class LikelihoodCache:
         """Complete lines only; a torn last line (a killed build) is dropped from the file."""
         if not self.path.is_file():
             return {}
-        records, good = {}, []
         lines = self.path.read_text().splitlines(keepends=True)
+        records = {}
         for line in lines:
             try:
-                record = json.loads(line)
+                record = json.loads(line) if line.endswith("\n") else None
                 records[record["id"]] = record
             except (json.JSONDecodeError, KeyError, TypeError):
                 break
-            if not line.endswith("\n"):
-                break
-            good.append(line)
-        if len(good) != len(lines):
-            log.warning(
-                "%s: dropping %d incomplete line(s) of an interrupted build",
-                self.path,
-                len(lines) - len(good),
-            )
+        if len(records) != len(lines):
+            log.warning("%s: dropping %d incomplete line(s)", self.path, len(lines) - len(records))
             with atomic_path(self.path) as tmp:
-                tmp.write_text("".join(good))
-            records = {json.loads(line)["id"]: json.loads(line) for line in good}
+                tmp.write_text("".join(lines[: len(records)]))
         return records
 
     def append(self, records: list[dict[str, Any]]) -> None:

@@ -60,3 +60,22 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never download: every test runs as if offline."""
     monkeypatch.setenv("DREAMBENCH_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def smoke_run(workspace: Workspace):
+    """Train (if needed) and evaluate one method's default experiment of the smoke profile through the runner;
+    returns the outcome and the stored result payload."""
+    from dreambench.profiles import PROFILES, Experiment, Profile
+    from dreambench.results import ResultKey
+    from dreambench.runner import Runner, plan_jobs
+
+    def run(method: str):
+        config = PROFILES.get("smoke").config
+        (outcome,) = Runner(workspace).run(
+            plan_jobs(Profile("smoke", "", config, (Experiment(method),)), config)
+        )
+        key = ResultKey("smoke", method, "default", "wiki-desc2lead")
+        return outcome, json.loads(key.json_path(workspace.results_dir).read_text())
+
+    return run

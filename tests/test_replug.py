@@ -1,16 +1,13 @@
 """REPLUG: the KL loss against a hand-computed value, the likelihood cache (built once, resumed after a torn
 write, never recomputed), what trains, and the adapter through the runner."""
 
-import json
 import math
 
 import pytest
 import torch
 
 from dreambench.config import apply_overrides
-from dreambench.profiles import PROFILES, Experiment, Profile
-from dreambench.results import ResultKey
-from dreambench.runner import Runner, plan_jobs
+from dreambench.profiles import PROFILES
 from methods.replug import LikelihoodCache, replug_loss
 
 SMOKE = PROFILES.get("smoke").config
@@ -60,7 +57,8 @@ def test_likelihoods_are_computed_once_and_gradients_reach_the_retriever_only(wo
     judge = Judge.load(method.judge_name, workspace)
     inputs = build_judge_inputs(
         judge.tokenizer, [first.query] * len(first.candidates), [[d] for d in first.candidates],
-        [first.target] * len(first.candidates), 128, 64, 128,
+        [first.target] * len(first.candidates), method.params.max_doc_tokens, method.params.max_query_tokens,
+        method.params.max_target_tokens,
     )  # fmt: skip
     with torch.no_grad():
         expected = (-judge.instance_losses(inputs)).tolist()
@@ -84,13 +82,9 @@ def test_likelihoods_are_computed_once_and_gradients_reach_the_retriever_only(wo
     assert all(p.grad is None for p in named.values() if not p.requires_grad)
 
 
-def test_replug_trains_and_evaluates_through_the_runner(workspace):
-    profile = Profile("smoke", "", SMOKE, (Experiment("replug"),))
-    (outcome,) = Runner(workspace).run(plan_jobs(profile, SMOKE))
+def test_replug_trains_and_evaluates_through_the_runner(workspace, smoke_run):
+    outcome, payload = smoke_run("replug")
     assert outcome.status == "computed" and 0.0 <= outcome.scores["ndcg_at_10"] <= 1.0
-    payload = json.loads(
-        ResultKey("smoke", "replug", "default", "wiki-desc2lead").json_path(workspace.results_dir).read_text()
-    )
     training = payload["training"]
     assert (
         training["steps"] == SMOKE.train.steps

@@ -8,9 +8,7 @@ import pytest
 import torch
 
 from dreambench.config import apply_overrides
-from dreambench.profiles import PROFILES, Experiment, Profile
-from dreambench.results import ResultKey
-from dreambench.runner import Runner, plan_jobs
+from dreambench.profiles import PROFILES
 
 SMOKE = PROFILES.get("smoke").config
 
@@ -42,13 +40,9 @@ def test_gradients_reach_the_retriever_and_lm_lora_never_the_base_weights(worksp
             assert p.grad is None, name
 
 
-def test_revela_trains_and_evaluates_through_the_runner(workspace):
-    profile = Profile("smoke", "", SMOKE, (Experiment("revela"),))
-    (outcome,) = Runner(workspace).run(plan_jobs(profile, SMOKE))
+def test_revela_trains_and_evaluates_through_the_runner(workspace, smoke_run):
+    outcome, payload = smoke_run("revela")
     assert outcome.status == "computed" and 0.0 <= outcome.scores["ndcg_at_10"] <= 1.0
-    payload = json.loads(
-        ResultKey("smoke", "revela", "default", "wiki-desc2lead").json_path(workspace.results_dir).read_text()
-    )
     training = payload["training"]
     assert (
         training["steps"] == SMOKE.train.steps
