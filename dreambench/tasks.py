@@ -4,8 +4,9 @@ A task is found in ``<data-dir>/<name>/`` (``corpus.jsonl``, ``queries.jsonl``, 
 through the ``beir`` package's loader. When it is missing: online, BEIR tasks are downloaded by name and
 RTEB/MTEB tasks are exported from ``mteb`` into the same layout; offline, the task is skipped with one line
 saying where it was looked for. Built tasks (the Wikipedia description→lead set) are written by the suite.
-``nano-*`` tasks are deterministic subsamples (every judged document of a query sample plus random
-distractors, as NanoBEIR does) for budgets that cannot encode full corpora; reports say so.
+``nano-*`` tasks ship inside the package (``dreambench/datasets/``, made by ``dreambench.data.nano``): query
+samples of the full collections with BM25 hard distractors, as NanoBEIR builds them; reports label them.
+Any other folder ``<data-dir>/<name>/`` in BEIR layout is a task by its folder name (suite ``user``).
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, fingerprint
-from .registry import Registry
+from .registry import Registry, UnknownNameError
 from .workspace import Workspace, atomic_dir, internet_available
 
 log = logging.getLogger(__name__)
@@ -37,13 +37,6 @@ class DatasetUnavailable(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Subsample:
-    max_queries: int
-    max_docs: int
-    seed: int = 0
-
-
-@dataclass(frozen=True)
 class TaskSpec:
     name: str  # folder name under the data dir, and the name used on the command line
     suite: str  # BEIR | RTEB | Wikipedia
@@ -55,13 +48,13 @@ class TaskSpec:
     split: str = "test"
     forums: tuple[str, ...] = ()  # CQADupStack: evaluated per forum, averaged
     builder: str | None = None  # built by the suite (see BUILDERS)
-    base: str | None = None  # nano tasks: the full task they subsample
-    subsample: Subsample | None = None
+    base: str | None = None  # nano tasks: the full task they were sampled from
+    shipped: bool = False  # files ship inside the package (dreambench/datasets/<name>/)
     description: str = ""
 
     @property
     def is_nano(self) -> bool:
-        return self.subsample is not None
+        return self.shipped and self.base is not None
 
 
 @dataclass
@@ -71,7 +64,7 @@ class RetrievalData:
     queries: dict[str, str]  # judged queries only
     qrels: dict[str, dict[str, int]]
     source: str  # where it was read from
-    subsample: dict[str, Any] | None = None
+    subsample: dict[str, Any] | None = None  # nano sets: how they were sampled (from the shipped manifest)
     parts: list[RetrievalData] = field(default_factory=list)  # CQADupStack forums
 
 
@@ -130,17 +123,50 @@ _add(
     )
 )  # fmt: skip
 
-NANO_DEFAULT = Subsample(max_queries=100, max_docs=600, seed=0)
-for _base in ("scifact", "arguana", "nfcorpus", "fiqa", "scidocs", "quora", "trec-covid", "webis-touche2020",
-              "financebench", "humaneval", "mbpp"):  # fmt: skip
-    _spec = TASKS.get(_base)
-    _add(
-        TaskSpec(
-            f"nano-{_base}", _spec.suite, paper_name=_spec.paper_name, base=_base, subsample=NANO_DEFAULT,
-            description=f"{_base} subsampled: {NANO_DEFAULT.max_queries} queries, all their judged documents "
-            f"plus random distractors up to {NANO_DEFAULT.max_docs} documents",
+
+def _add_shipped() -> None:
+    from .data.nano import RECIPES, shipped_facts
+
+    for name, recipe in RECIPES.items():
+        base, facts = TASKS.get(recipe.base), shipped_facts(name)
+        how = f"{facts['queries']} queries, {facts['docs']} docs"
+        how += (
+            f" (judged + BM25 top-{recipe.bm25_depth} per query)"
+            if recipe.bm25_depth
+            else " (whole collection)"
         )
-    )  # fmt: skip
+        _add(
+            TaskSpec(name, base.suite, paper_name=base.paper_name, base=recipe.base, shipped=True,
+                     description=f"nano {recipe.base}, ships with dreambench: {how}")
+        )  # fmt: skip
+
+
+_add_shipped()
+
+
+def user_folders(data_dir: Path) -> list[str]:
+    """Folder names under ``data_dir`` in BEIR layout that are not registered tasks."""
+    if not data_dir.is_dir():
+        return []
+    return sorted(
+        p.name for p in data_dir.iterdir() if (p / "corpus.jsonl").is_file() and p.name not in TASKS
+    )
+
+
+def task_spec(name: str, data_dir: Path | None = None) -> TaskSpec:
+    """The registered task ``name``, else a user's BEIR folder ``<data_dir>/<name>/`` (suite ``user``)."""
+    if name in TASKS or data_dir is None:
+        return TASKS.get(name)
+    folder = data_dir / name
+    if (folder / "corpus.jsonl").is_file():
+        return TaskSpec(name, "user", description=f"BEIR-format folder {folder}")
+    try:
+        return TASKS.get(name)
+    except UnknownNameError as exc:
+        raise UnknownNameError(
+            f"{exc}; a dataset of your own is used by its folder name: {folder}/ with corpus.jsonl, "
+            "queries.jsonl and qrels/test.tsv"
+        ) from None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -278,44 +304,24 @@ def _download_mteb(spec: TaskSpec, data_dir: Path) -> Path:
 
 
 def locate(spec: TaskSpec, workspace: Workspace) -> Path | None:
+    if spec.shipped:
+        from .data.nano import SHIPPED_DIR
+
+        return SHIPPED_DIR / spec.name
     folder = workspace.data_dir / spec.name
     return folder if (folder / "corpus.jsonl").is_file() else None
 
 
-def _subsample(data: RetrievalData, sub: Subsample) -> RetrievalData:
-    rng = random.Random(sub.seed)
-    qids = sorted(data.qrels)
-    if len(qids) > sub.max_queries:
-        qids = sorted(rng.sample(qids, sub.max_queries))
-    qrels = {q: dict(data.qrels[q]) for q in qids}
-    judged = sorted({d for q in qids for d in qrels[q] if d in data.corpus})
-    pool = sorted(set(data.corpus) - set(judged))
-    n_extra = max(0, min(len(pool), sub.max_docs - len(judged)))
-    keep = set(judged) | set(rng.sample(pool, n_extra))
-    corpus = {did: data.corpus[did] for did in sorted(keep)}
-    return RetrievalData(
-        name=data.name,
-        corpus=corpus,
-        queries={q: data.queries[q] for q in qids},
-        qrels=qrels,
-        source=data.source,
-        subsample={
-            "max_queries": sub.max_queries, "max_docs": sub.max_docs, "seed": sub.seed,
-            "queries": len(qids), "docs": len(corpus), "judged_docs": len(judged),
-            "full_queries": len(data.qrels), "full_docs": len(data.corpus),
-        },
-    )  # fmt: skip
-
-
 def load_task(name: str, workspace: Workspace, config: RunConfig | None = None) -> RetrievalData:
     """Load a registered task; raise DatasetUnavailable (skip) or DatasetFormatError (fix the file)."""
-    spec = TASKS.get(name)
+    spec = task_spec(name, workspace.data_dir)
     config = config or RunConfig()
     split = config.eval.split if config.eval.split else spec.split
-    if spec.subsample is not None:
-        assert spec.base is not None
-        data = _subsample(load_task(spec.base, workspace, config), spec.subsample)
-        data.name = spec.name
+    if spec.shipped:
+        from .data.nano import SHIPPED_DIR, shipped_facts
+
+        data = read_beir_folder(SHIPPED_DIR / spec.name, "test", spec.name)
+        data.subsample = shipped_facts(spec.name)
         return data
     if spec.builder is not None:
         if spec.builder not in BUILDERS:
@@ -373,9 +379,8 @@ def _fetch(spec: TaskSpec, workspace: Workspace) -> Path:
     raise DatasetUnavailable(f"skipping {spec.name}: not found at {where} and it has no download source")
 
 
-def task_fingerprint(name: str, config: RunConfig) -> str:
-    """What a task's content depends on beyond its files (built and subsampled tasks)."""
-    spec = TASKS.get(name)
+def task_fingerprint(spec: TaskSpec, config: RunConfig) -> str:
+    """What a task's content depends on beyond its files (built tasks: their build options)."""
     parts: list[Any] = [spec]
     if spec.builder is not None:
         parts.append(

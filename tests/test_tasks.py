@@ -1,4 +1,4 @@
-"""Dataset access: BEIR loader, clear errors for malformed files, offline skips, nano subsampling."""
+"""Dataset access: BEIR loader, clear errors for malformed files, offline skips, shipped nano sets, user folders."""
 
 import json
 
@@ -9,11 +9,10 @@ from dreambench.tasks import (
     TASKS,
     DatasetFormatError,
     DatasetUnavailable,
-    Subsample,
-    _subsample,
     export_mteb_split,
     load_task,
     read_beir_folder,
+    task_spec,
 )
 
 
@@ -76,24 +75,30 @@ def test_unknown_dataset_suggests_a_name():
         TASKS.get("scifcat")
 
 
-def test_nano_subsample_keeps_judged_docs_and_is_deterministic(tmp_path):
-    corpus = {f"d{i}": {"title": "", "text": f"doc {i}"} for i in range(200)}
-    queries = {f"q{i}": f"query {i}" for i in range(50)}
-    qrels = {f"q{i}": {f"d{i}": 1, f"d{i + 100}": 2} for i in range(50)}
-    data = read_beir_folder(write_beir(tmp_path / "big", corpus, queries, qrels), "test", "big")
-    sub = _subsample(data, Subsample(max_queries=10, max_docs=40, seed=3))
-    assert len(sub.queries) == 10 and len(sub.corpus) == 40
-    for qid, docs in sub.qrels.items():
-        assert qid in sub.queries and all(d in sub.corpus for d in docs)
-    again = _subsample(data, Subsample(max_queries=10, max_docs=40, seed=3))
-    assert list(again.corpus) == list(sub.corpus) and list(again.queries) == list(sub.queries)
-    assert sub.subsample["full_docs"] == 200 and sub.subsample["judged_docs"] == 20
+def test_every_shipped_set_loads_offline_without_a_data_dir(workspace):
+    from dreambench.data.nano import RECIPES
+
+    assert not workspace.data_dir.exists()
+    for name in RECIPES:
+        data = load_task(name, workspace)
+        facts = data.subsample
+        assert len(data.queries) == facts["queries"] and len(data.corpus) == facts["docs"]
+        assert set(data.qrels) == set(data.queries)
+        assert all(d in data.corpus for docs in data.qrels.values() for d in docs)  # nothing unretrievable
+        assert TASKS.get(name).is_nano and TASKS.get(name).base == facts["recipe"]["base"]
 
 
-def test_nano_task_resolves_through_its_base(tiny_dataset, workspace):
-    data = load_task("nano-scifact", workspace)
-    assert data.name == "nano-scifact" and data.subsample is not None
-    assert set(data.qrels) == set(TINY_QRELS)
+def test_user_folder_is_a_task_by_its_name(workspace):
+    write_beir(workspace.data_dir / "my-set", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
+    assert task_spec("my-set", workspace.data_dir).suite == "user"
+    data = load_task("my-set", workspace)
+    assert data.qrels == TINY_QRELS and data.name == "my-set"
+
+
+def test_unknown_name_says_where_a_folder_would_be_looked_for(workspace):
+    with pytest.raises(KeyError) as info:
+        task_spec("my-sett", workspace.data_dir)
+    assert str(workspace.data_dir / "my-sett") in str(info.value) and "corpus.jsonl" in str(info.value)
 
 
 def test_mteb_split_export_round_trips(tmp_path):

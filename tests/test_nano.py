@@ -1,0 +1,83 @@
+"""The shipped nano sets: NanoBEIR construction (judged documents + BM25 hard distractors), the corpus cap,
+determinism, and a byte-for-byte rebuild from the full collections."""
+
+import json
+
+import pytest
+from conftest import SHARED_DATASETS, write_beir
+
+from dreambench.data.nano import FILES, MANIFEST, RECIPES, SHIPPED_DIR, NanoRecipe, build, check, render_files
+from dreambench.tasks import read_beir_folder
+
+
+def _collection(tmp_path):
+    # 30 queries; query i is judged relevant to doc "r<i>"; docs "x<i>-<j>" share query i's rare word, so BM25
+    # ranks them high for query i (hard distractors); "noise-*" documents share nothing with any query
+    corpus = {f"r{i}": {"title": "", "text": f"alpha{i} answer"} for i in range(30)}
+    corpus |= {
+        f"x{i}-{j}": {"title": "", "text": f"alpha{i} beta{j} distractor"}
+        for i in range(30)
+        for j in range(3)
+    }
+    corpus |= {f"noise-{k}": {"title": "", "text": f"unrelated words {k}"} for k in range(200)}
+    queries = {f"q{i}": f"alpha{i}" for i in range(30)}
+    qrels = {f"q{i}": {f"r{i}": 1} for i in range(30)}
+    return read_beir_folder(write_beir(tmp_path / "full", corpus, queries, qrels), "test", "full")
+
+
+@pytest.mark.java
+def test_distractors_are_bm25_hits_never_random(tmp_path, workspace):
+    data = _collection(tmp_path)
+    qids, dids, facts = build(NanoRecipe("full", 10, 4, None, seed=1), data, workspace)
+    assert len(qids) == 10 and facts["stopped_by"] == "max_queries"
+    expected = {f"r{q[1:]}" for q in qids} | {f"x{q[1:]}-{j}" for q in qids for j in range(3)}
+    assert (
+        set(dids) == expected
+    )  # each query's judged doc and its 3 lexical neighbours (top 4 = both), no noise documents
+    again = build(NanoRecipe("full", 10, 4, None, seed=1), data, workspace)
+    assert again[:2] == (qids, dids)
+    other = build(NanoRecipe("full", 10, 4, None, seed=2), data, workspace)
+    assert other[0] != qids
+
+
+@pytest.mark.java
+def test_corpus_cap_stops_before_the_query_that_overflows(tmp_path, workspace):
+    data = _collection(tmp_path)
+    qids, dids, facts = build(NanoRecipe("full", 50, 4, 18, seed=0), data, workspace)
+    assert facts["stopped_by"] == "max_docs"
+    assert (
+        len(dids) <= 18 and len(qids) == 4
+    )  # every query brings 4 new documents: 4 × 4 = 16, a 5th would be 20
+    prefix = build(NanoRecipe("full", 4, 4, None, seed=0), data, workspace)  # the same random prefix
+    assert prefix[0] == qids
+
+
+def test_render_keeps_only_judgements_inside_the_corpus(tmp_path):
+    data = _collection(tmp_path)
+    files = render_files(data, ["q1", "q2"], ["r1", "x2-0"])
+    qrels = files["qrels/test.tsv"].decode().splitlines()
+    assert qrels == ["query-id\tcorpus-id\tscore", "q1\tr1\t1"]
+    assert [json.loads(line)["_id"] for line in files["corpus.jsonl"].decode().splitlines()] == ["r1", "x2-0"]
+
+
+def test_manifest_matches_the_shipped_files():
+    import hashlib
+
+    manifest = json.loads((SHIPPED_DIR / MANIFEST).read_text())
+    assert set(manifest["sets"]) == set(RECIPES)
+    total = 0
+    for name, entry in manifest["sets"].items():
+        for rel in FILES:
+            blob = (SHIPPED_DIR / name / rel).read_bytes()
+            assert hashlib.sha256(blob).hexdigest() == entry["sha256"][rel], (
+                f"{name}/{rel} was edited by hand"
+            )
+            total += len(blob)
+    assert total < 5_000_000  # a few MB in all
+
+
+@pytest.mark.java
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATASETS / "scifact").is_dir(), reason="the full collections are not present")
+def test_build_script_recreates_the_shipped_files_byte_for_byte(workspace):
+    assert check(SHARED_DATASETS, workspace) == []
