@@ -3,7 +3,8 @@
 Outputs under ``<reports-dir>/<profile>/``:
 
 * ``main_table.{md,csv,tex}`` — NDCG@10, one row per method/experiment of the main group, one column per
-  dataset, plus the average over the datasets every row has;
+  dataset, plus one average per block (BEIR / RTEB, nano / full: never mixed) over the datasets every row has;
+* ``nano_fidelity.csv`` — nano vs full-corpus NDCG@10 of the methods that have both;
 * ``training.csv`` — per trained method/experiment: steps, time, loss, held-out top-1/MRR before and after;
 * ``results_long.csv`` — every stored score (method, experiment, dataset, metric, value, queries, docs);
 * ``report.md`` — the tables, reproduction checks against published reference numbers ([OK]/[FAIL]), the
@@ -82,7 +83,8 @@ def results_frame(results_dir: Path, profile: str) -> pd.DataFrame:
                     "value": value,
                     "num_queries": payload.get("num_queries"),
                     "num_docs": payload.get("num_docs"),
-                    "subsampled": payload.get("subsample") is not None,
+                    "nano": payload.get("subsample") is not None,
+                    "evaluate_s": (payload.get("timings") or {}).get("evaluate_s"),
                     "backbone": payload["config"]["model"]["backbone"]
                     if payload.get("kind") != "lexical"
                     else "-",
@@ -102,7 +104,7 @@ def _row_label(method: str, experiment: str) -> str:
 
 
 def score_table(frame: pd.DataFrame, metric: str = "ndcg_at_10", group: str | None = "main") -> pd.DataFrame:
-    """Rows = method/experiment, columns = datasets (+ average over the datasets every row has).
+    """Rows = method/experiment, columns = datasets grouped by block, each block followed by its average.
 
     An ablation group's table also shows the default experiment of the same method (its reference row),
     on the ablation's datasets.
@@ -120,12 +122,45 @@ def score_table(frame: pd.DataFrame, metric: str = "ndcg_at_10", group: str | No
         return pd.DataFrame()
     sub = sub.assign(row=[_row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
     table = sub.pivot_table(index="row", columns="dataset", values="value", aggfunc="mean")  # over seeds
-    order = [n for n in TASKS.names() if n in table.columns]
-    table = table[order + [c for c in table.columns if c not in order]]
-    complete = table.dropna(axis=1, how="any")
-    if complete.shape[1] > 1:
-        table["average"] = complete.mean(axis=1)
-    return table
+    ordered: list[str] = []
+    groups = average_groups(list(table.columns))
+    for block in sorted({dataset_block(c) for c in table.columns}, key=_block_order):
+        columns = sorted(c for c in table.columns if dataset_block(c) == block)
+        ordered += columns
+        label = f"avg {block[0]} ({'nano' if block[1] else 'full'})"
+        if label in groups:
+            complete = table[columns].dropna(axis=1, how="any")
+            if complete.shape[1] > 1:
+                table[label] = complete.mean(axis=1)
+                ordered.append(label)
+    return table[ordered]
+
+
+SUITE_ORDER = ("Wikipedia", "BEIR", "RTEB", "user")
+
+
+def _block_order(block: tuple[str, bool]) -> tuple[int, int]:
+    suite, nano = block
+    return (0 if nano or suite == "Wikipedia" else 1, SUITE_ORDER.index(suite) if suite in SUITE_ORDER else 9)
+
+
+def dataset_block(name: str) -> tuple[str, bool]:
+    """(suite, is nano) of a dataset name: a report never averages across suites or nano with full corpora."""
+    spec = TASKS.get(name) if name in TASKS else None
+    if spec is None:
+        return "user", False
+    return spec.suite, spec.is_nano
+
+
+def average_groups(columns: list[str]) -> dict[str, list[str]]:
+    """``avg BEIR (nano)`` → its columns, one group per (suite, nano or full) with at least two datasets
+    (DREAM Table 1 averages its BEIR and RTEB blocks separately)."""
+    groups: dict[str, list[str]] = {}
+    for name in columns:
+        suite, nano = dataset_block(name)
+        if suite in ("BEIR", "RTEB"):
+            groups.setdefault(f"avg {suite} ({'nano' if nano else 'full'})", []).append(name)
+    return {label: cols for label, cols in groups.items() if len(cols) > 1}
 
 
 def seed_table(frame: pd.DataFrame, metric: str = "ndcg_at_10") -> pd.DataFrame:
@@ -138,6 +173,55 @@ def seed_table(frame: pd.DataFrame, metric: str = "ndcg_at_10") -> pd.DataFrame:
         return pd.DataFrame()
     cells = stats.apply(lambda r: f"{r['mean']:.4f} ± {r['std']:.4f} ({int(r['count'])})", axis=1)
     return cells.unstack("dataset")
+
+
+def fidelity(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Nano vs full corpus, per dataset: NDCG@10 of every main-table method that has both (same seeds),
+    and whether the two orders of the methods agree (Kendall's τ over methods)."""
+    sub = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main") & (frame.experiment == "default")]
+    cells, lines = {}, []
+    for nano in sorted(n for n in set(sub.dataset) if n in TASKS and TASKS.get(n).is_nano):
+        base = TASKS.get(nano).base
+        both = sub[sub.dataset.isin([nano, base])]
+        pivot = both.pivot_table(index=["method", "seed"], columns="dataset", values="value", aggfunc="first")
+        if base not in pivot.columns or nano not in pivot.columns:
+            continue
+        pivot = pivot.dropna().groupby(level="method").mean()  # over the seeds present on both
+        if pivot.empty:
+            continue
+        cells[(base, "nano")] = pivot[nano]
+        cells[(base, "full")] = pivot[base]
+        if len(pivot) > 1:
+            by_nano = " > ".join(pivot[nano].sort_values(ascending=False).index)
+            by_full = " > ".join(pivot[base].sort_values(ascending=False).index)
+            tau = pivot[nano].corr(pivot[base], method="kendall")
+            verdict = "same order" if by_nano == by_full else f"order differs (Kendall τ {tau:.2f})"
+            lines.append(f"- {base}: {verdict}. nano: {by_nano}; full: {by_full}.")
+    if not cells:
+        return pd.DataFrame(), []
+    table = pd.DataFrame(cells)
+    table.columns = pd.MultiIndex.from_tuples(table.columns)
+    return table, lines
+
+
+def evaluation_time(frame: pd.DataFrame, datasets: tuple[str, ...]) -> pd.DataFrame:
+    """Seconds each dense model took to encode and search the profile's default sets (per seed: one model)."""
+    sub = frame[
+        (frame.metric == "ndcg_at_10") & (frame.group == "main") & frame.dataset.isin(datasets)
+        & (frame.backbone != "-") & frame.evaluate_s.notna()
+    ]  # fmt: skip
+    if sub.empty:
+        return pd.DataFrame()
+    sub = sub.assign(
+        model=[
+            f"{_row_label(m, e)} [seed {k}]"
+            for m, e, k in zip(sub.method, sub.experiment, sub.seed, strict=True)
+        ]
+    )
+    table = sub.pivot_table(index="model", columns="dataset", values="evaluate_s", aggfunc="first")
+    table = table[[d for d in datasets if d in table.columns]]
+    table["total s"] = table.sum(axis=1, min_count=len(table.columns))
+    return table
 
 
 def reference_checks(frame: pd.DataFrame) -> list[str]:
@@ -305,11 +389,23 @@ def learning_verdicts(training: pd.DataFrame) -> list[str]:
 
 
 def _average_note(table: pd.DataFrame) -> list[str]:
-    """A line naming the datasets the ``average`` column is taken over (those every row has)."""
-    if "average" not in table.columns:
-        return []
-    shared = [c for c in table.columns if c != "average" and table[c].notna().all()]
-    return [f"`average`: mean over {', '.join(shared)} (the datasets every row has).", ""]
+    """One line per ``avg …`` column naming the datasets it is taken over (those every row has)."""
+    lines = []
+    for label, columns in average_groups([c for c in table.columns if not c.startswith("avg ")]).items():
+        if label in table.columns:
+            shared = [c for c in columns if table[c].notna().all()]
+            lines.append(
+                f"`{label}`: mean over {', '.join(shared)} (the datasets of that block every row has)."
+            )
+    return lines + [""] if lines else []
+
+
+def _dataset_kind(name: str) -> str:
+    suite, nano = dataset_block(name)
+    if nano:
+        base = TASKS.get(name).base
+        return f"{suite}, nano (shipped; sampled from {base})"
+    return f"{suite}, full" if suite in ("BEIR", "RTEB") else suite
 
 
 def _markdown(table: pd.DataFrame, floatfmt: str | tuple[str, ...] = ".4f") -> str:
@@ -342,14 +438,16 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         f"Backbone(s): {', '.join(backbones)}. Metric: NDCG@10 (pytrec_eval; doc == query id ignored).",
         "",
     ]
-    subsampled = sorted(set(frame[frame.subsampled].dataset))
-    if subsampled:
+    nano = sorted(set(frame[frame.nano].dataset))
+    if nano:
         sections += [
-            "**Subsampled corpora** ("
-            + ", ".join(subsampled)
-            + "): every judged document of a query sample plus "
-            "random distractors, as NanoBEIR does. Their scores are not comparable with full-corpus numbers; "
-            "run the full datasets by name (e.g. `--datasets scifact`).",
+            "**nano-\\* sets** ("
+            + ", ".join(nano)
+            + ") ship with dreambench (`dreambench/datasets/`, made by "
+            "`python -m dreambench.data.nano`): a fixed query sample of the full collection, its judged documents "
+            "and each query's BM25 top-k over the full corpus as hard distractors (NanoBEIR's construction), "
+            "capped for CPU budgets. Their scores are not comparable with full-corpus numbers and are never "
+            "averaged with them; the section *Nano vs full corpora* measures whether they rank methods alike.",
             "",
         ]
     sections += ["## NDCG@10", "", _markdown(main), "", *_average_note(main)]
@@ -414,7 +512,36 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
             _markdown(paper),
             "",
         ]
+    fid, verdicts = fidelity(frame)
+    if not fid.empty:
+        fid.to_csv(out / "nano_fidelity.csv", float_format="%.4f")
+        flat = fid.copy()
+        flat.columns = [f"{d} {kind}" for d, kind in fid.columns]
+        sections += [
+            "## Nano vs full corpora (NDCG@10; does the nano set rank the methods as the full corpus does?)",
+            "",
+            "Methods with results on both (full corpora via `--data-dir`; means over the seeds present on both).",
+            "",
+            _markdown(flat),
+            "",
+            *verdicts,
+            "",
+        ]
+    from .profiles import PROFILES
+
+    defaults = PROFILES.get(profile).config.eval.datasets if profile in PROFILES else ()
+    timing = evaluation_time(frame, tuple(defaults))
+    if not timing.empty:
+        timing.to_csv(out / "evaluation_seconds.csv", float_format="%.1f")
+        sections += [
+            "## Evaluation time per dense model on the profile's default sets (seconds, this machine: "
+            "encoding queries and corpus, exact search)",
+            "",
+            _markdown(timing, ".1f"),
+            "",
+        ]
     counts = frame[frame.metric == "ndcg_at_10"].groupby("dataset")[["num_queries", "num_docs"]].first()
+    counts.insert(0, "kind", [_dataset_kind(d) for d in counts.index])
     sections += ["## Datasets", "", _markdown(counts), ""]
     commits = sorted({c for c in frame.git if isinstance(c, str)})
     sections += [f"Results from commit(s): {', '.join(c[:10] for c in commits) or 'unknown'}.", ""]

@@ -142,26 +142,69 @@ def test_experiment_may_narrow_its_datasets(tiny_dataset, workspace):
         plan_jobs(prof, cfg, experiments=["wide"])
 
 
-def test_average_covers_only_the_datasets_every_row_has():
-    rows = [("a", "d1", 0.2), ("a", "d2", 0.4), ("a", "d3", 0.9), ("b", "d1", 0.6), ("b", "d2", 0.8)]
-    frame = pd.DataFrame(
+def _frame(rows, seed=0):
+    return pd.DataFrame(
         [
-            {
-                "method": m,
-                "experiment": "default",
-                "group": "main",
-                "dataset": d,
-                "metric": "ndcg_at_10",
-                "value": v,
-            }
+            {"method": m, "experiment": "default", "group": "main", "dataset": d, "metric": "ndcg_at_10",
+             "value": v, "seed": seed}
             for m, d, v in rows
         ]
+    )  # fmt: skip
+
+
+def test_block_averages_cover_only_the_datasets_every_row_has_and_never_mix_nano_with_full():
+    rows = [("a", "scifact", 0.2), ("a", "arguana", 0.4), ("a", "nfcorpus", 0.9), ("b", "scifact", 0.6),
+            ("b", "arguana", 0.8), ("a", "nano-scifact", 0.5), ("a", "nano-arguana", 0.7),
+            ("b", "nano-scifact", 0.1), ("b", "nano-arguana", 0.3), ("a", "humaneval", 0.5)]  # fmt: skip
+    table = score_table(_frame(rows))
+    assert table.loc["a", "avg BEIR (full)"] == pytest.approx(0.3)  # nfcorpus: b lacks it
+    assert table.loc["b", "avg BEIR (full)"] == pytest.approx(0.7)
+    assert (
+        table.loc["a", "avg BEIR (nano)"] == pytest.approx(0.6) and table.loc["b", "avg BEIR (nano)"] == 0.2
     )
-    table = score_table(frame)
-    assert table.loc["a", "average"] == pytest.approx(0.3) and table.loc["b", "average"] == pytest.approx(0.7)
-    assert _average_note(table)[0] == "`average`: mean over d1, d2 (the datasets every row has)."
+    assert "average" not in table.columns and not any("RTEB" in c for c in table.columns)  # one RTEB set only
+    columns = list(table.columns)
+    assert columns.index("avg BEIR (nano)") < columns.index("arguana")  # each average follows its block
+    notes = _average_note(table)
+    assert (
+        "`avg BEIR (full)`: mean over arguana, scifact (the datasets of that block every row has)." in notes
+    )
     text = _markdown(table)
-    assert "–" in text.splitlines()[-1] and "nan" not in text  # b has no d3
+    assert "–" in text and " nan " not in text
+
+
+def test_fidelity_table_says_whether_nano_ranks_methods_as_the_full_corpus():
+    from dreambench.report import fidelity
+
+    rows = [("a", "scifact", 0.6), ("b", "scifact", 0.4), ("c", "scifact", 0.2),
+            ("a", "nano-scifact", 0.7), ("b", "nano-scifact", 0.5), ("c", "nano-scifact", 0.6),
+            ("a", "arguana", 0.3), ("b", "arguana", 0.2), ("a", "nano-arguana", 0.5), ("b", "nano-arguana", 0.4),
+            ("c", "nano-arguana", 0.9)]  # fmt: skip
+    frame = pd.concat([_frame(rows), _frame([("a", "nano-scifact", 0.1)], seed=1)])  # no full run for seed 1
+    table, lines = fidelity(frame)
+    assert (
+        table.loc["a", ("scifact", "nano")] == pytest.approx(0.7)
+        and table.loc["a", ("scifact", "full")] == 0.6
+    )
+    assert pd.isna(table.loc["c", ("arguana", "full")])  # c has no full arguana result: not compared there
+    assert lines == [
+        "- arguana: same order. nano: a > b; full: a > b.",
+        "- scifact: order differs (Kendall τ 0.33). nano: a > c > b; full: a > b > c.",
+    ]
+
+
+def test_user_folder_runs_by_name(workspace, capsys):
+    from conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, write_beir
+
+    write_beir(workspace.data_dir / "my-set", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
+    args = ["--data-dir", str(workspace.data_dir), "--results-dir", str(workspace.results_dir),
+            "--cache-dir", str(workspace.cache_dir), "--reports-dir", str(workspace.reports_dir)]  # fmt: skip
+    assert run_all.main([*args, "--list"]) == 0
+    assert "my-set" in capsys.readouterr().out
+    assert run_all.main([*args, "--methods", "test-overlap", "--datasets", "my-set"]) == 0
+    assert (workspace.results_dir / "mini" / "test-overlap" / "default" / "my-set.json").is_file()
+    assert run_all.main([*args, "--methods", "test-overlap", "--datasets", "my-sett"]) == 2
+    assert "my-sett/ with corpus.jsonl" in capsys.readouterr().err
 
 
 def test_dataset_signature_follows_content_not_file_times(tiny_dataset, workspace, tmp_path):

@@ -59,15 +59,15 @@ class NanoRecipe:
 
 RECIPES: dict[str, NanoRecipe] = {
     "nano-scifact": NanoRecipe(
-        "scifact", 50, 10, 450, source="SciFact (Wadden et al., EMNLP 2020) as in BEIR; test = the dev claims",
+        "scifact", 50, 5, 450, source="SciFact (Wadden et al., EMNLP 2020) as in BEIR; test = the dev claims",
         licence="CC BY-NC 2.0 (SciFact); BEIR copy CC BY-SA 4.0", citation="wadden-etal-2020-fact; thakur2021beir",
     ),
     "nano-arguana": NanoRecipe(
-        "arguana", 50, 10, 450, source="ArguAna counter-argument retrieval (Wachsmuth et al., ACL 2018) as in BEIR",
+        "arguana", 50, 5, 450, source="ArguAna counter-argument retrieval (Wachsmuth et al., ACL 2018) as in BEIR",
         licence="CC BY-SA 4.0 (as BEIR distributes it)", citation="wachsmuth-etal-2018-retrieval; thakur2021beir",
     ),
     "nano-nfcorpus": NanoRecipe(
-        "nfcorpus", 50, 5, 600, source="NFCorpus nutrition/medical retrieval (Boteva et al., ECIR 2016) as in BEIR",
+        "nfcorpus", 50, 5, 500, source="NFCorpus nutrition/medical retrieval (Boteva et al., ECIR 2016) as in BEIR",
         licence="CC BY-SA 4.0 (as BEIR distributes it)", citation="boteva2016; thakur2021beir",
     ),
     "nano-financebench": NanoRecipe(

@@ -1,0 +1,199 @@
+"""Any dense method's retriever as an mteb encoder: run the official MTEB tasks on this suite's checkpoints.
+
+:class:`DreambenchEncoder` implements mteb's encoder protocol around a
+:class:`~dreambench.models.retriever.DenseRetriever`: queries encode as ``"query"``, documents as ``"passage"``
+in the form every dense method here encodes them (:func:`~dreambench.method.passage_text`: title, newline,
+text — not mteb's space-joined ``text`` column), and scores are inner products of the L2-normalised embeddings.
+
+mteb caches results by model name and revision, so both must change whenever the weights do. The name is
+``dreambench/<profile>-<method>-<experiment>``; the revision is the checkpoint folder's fingerprint (everything
+training depends on) plus a sha256 of the trained weights, or, for the untrained backbone, the backbone and a
+fingerprint of the model config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from mteb.models.abs_encoder import AbsEncoder
+from mteb.models.model_meta import ModelMeta, ScoringFunction
+from mteb.types import PromptType
+
+from ..config import ModelConfig, RunConfig, fingerprint
+from ..method import passage_text
+
+if TYPE_CHECKING:
+    from mteb.abstasks.task_metadata import TaskMetadata
+    from torch.utils.data import DataLoader
+
+    from ..method import Method
+    from ..models.retriever import DenseRetriever
+    from ..workspace import Workspace
+
+
+def model_name(profile: str, method: str, experiment: str = "default") -> str:
+    """mteb's ``organization/model`` form (its validator requires the slash)."""
+    return f"dreambench/{profile}-{method}-{experiment}"
+
+
+def file_sha256(path: Path, length: int = 12) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:length]
+
+
+def checkpoint_revision(checkpoint_dir: str | Path) -> str:
+    """``<fingerprint>-<sha256 of final.pt>`` for a trained method's checkpoint folder (``<method>-<fingerprint>``).
+
+    The fingerprint keys everything training depends on; the weights' hash also tells apart two trainings of
+    one configuration (a retrain on other hardware, a resumed run).
+    """
+    checkpoint_dir = Path(checkpoint_dir)
+    final = checkpoint_dir / "final.pt"
+    if not final.is_file():
+        raise FileNotFoundError(f"no trained weights at {final} (prepare() the method first)")
+    key = checkpoint_dir.name.rsplit("-", 1)[-1]
+    return f"{key}-{file_sha256(final)}"
+
+
+def untrained_revision(model: ModelConfig) -> str:
+    """The untrained backbone: its name, ``untrained`` and a fingerprint of the prefixes, lengths and pooling."""
+    backbone = model.backbone.replace("/", "__")  # a hub id; mteb uses the revision as a folder name
+    return f"{backbone}-untrained-{fingerprint(model)}"
+
+
+def method_revision(method: Method) -> str:
+    """The revision of a prepared dense method's retriever."""
+    from ..method import DenseMethod, TrainedDenseMethod
+
+    if isinstance(method, TrainedDenseMethod):
+        return checkpoint_revision(method.checkpoint_dir())
+    if isinstance(method, DenseMethod):
+        return untrained_revision(method.config.model)
+    raise TypeError(f"method {method.name!r} is not a dense method; mteb needs an encoder")
+
+
+def build_model_meta(retriever: DenseRetriever, name: str, revision: str) -> ModelMeta:
+    """mteb metadata for ``retriever``: facts read from the model, ``None`` where nothing is known."""
+    from ..models.backbones import BACKBONES
+
+    config = retriever.config
+    params = list(retriever.parameters())
+    embeddings = retriever.backbone.get_input_embeddings()
+    spec = BACKBONES.get(config.backbone) if config.backbone in BACKBONES else None
+    return ModelMeta(
+        loader=None,  # built in-process by mteb_encoder(); mteb cannot load it by name
+        name=name,
+        revision=revision,
+        release_date=None,
+        languages=["eng-Latn"],
+        n_parameters=sum(p.numel() for p in params),
+        n_embedding_parameters=embeddings.weight.numel() if embeddings is not None else None,
+        memory_usage_mb=round(sum(p.numel() * p.element_size() for p in params) / 2**20, 1),
+        max_tokens=config.max_passage_tokens,
+        embed_dim=retriever.backbone.config.hidden_size,
+        license=None,
+        open_weights=True,
+        public_training_code=None,
+        public_training_data=None,
+        framework=["PyTorch"],
+        similarity_fn_name=ScoringFunction.DOT_PRODUCT,
+        # mteb counts fixed input formats ("query: …"/"passage: …") as instructions; task prompts are not used
+        use_instructions=True,
+        training_datasets=None,
+        adapted_from=(spec.hub_id if spec and spec.hub_id else config.backbone),
+        modalities=["text"],
+        model_type=["dense"],
+    )
+
+
+class DreambenchEncoder(AbsEncoder):
+    """mteb encoder protocol over a :class:`DenseRetriever` (dot-product similarity via :class:`AbsEncoder`).
+
+    ``method`` (optional) is the prepared method the retriever belongs to; :meth:`close` frees it.
+    """
+
+    def __init__(self, retriever: DenseRetriever, name: str, revision: str, method: Method | None = None):
+        self.model = retriever
+        self.method = method
+        self.mteb_model_meta = build_model_meta(retriever, name, revision)
+
+    @staticmethod
+    def batch_texts(batch: dict[str, Any], kind: str) -> list[str]:
+        """The strings to encode from one mteb batch.
+
+        A query batch's ``text`` is the query (with its instruction appended where the task has one). A
+        retrieval corpus batch carries ``body`` (the document text), ``title`` when the corpus has titles, and
+        ``text`` (title + " " + body); the passage is rebuilt from title and body as every dense method here
+        encodes it. Other batches (no ``body``) are encoded from ``text`` as is.
+        """
+        texts = list(batch["text"])
+        if kind == "query" or "body" not in batch:
+            return texts
+        bodies = list(batch["body"])
+        titles = list(batch["title"]) if "title" in batch else [""] * len(bodies)
+        return [passage_text({"title": t, "text": b}) for t, b in zip(titles, bodies, strict=True)]
+
+    def encode(
+        self,
+        inputs: DataLoader,
+        *,
+        task_metadata: TaskMetadata,
+        hf_split: str,
+        hf_subset: str,
+        prompt_type: PromptType | None = None,
+        **kwargs: Any,
+    ) -> np.ndarray:
+        """(N, D) float32 L2-normalised embeddings in the loader's order.
+
+        The retriever batches by its own ``encode_batch_size`` (length-sorted); mteb's ``batch_size`` only
+        sizes the loader.
+        """
+        if kwargs.get("precision") not in (None, "float32"):
+            raise NotImplementedError(f"precision={kwargs['precision']!r}: only float32 embeddings")
+        kind = "query" if prompt_type == PromptType.query else "passage"
+        texts = [text for batch in inputs for text in self.batch_texts(batch, kind)]
+        progress = bool(kwargs.get("show_progress_bar", True))
+        embeddings = self.model.encode(texts, kind, progress=progress)
+        return embeddings.numpy().astype(np.float32, copy=False)
+
+    def close(self) -> None:
+        if self.method is not None:
+            self.method.close()
+        self.model = None
+
+
+def mteb_encoder(
+    method: str, config: RunConfig, workspace: Workspace, experiment: str = "default"
+) -> DreambenchEncoder:
+    """A dense method's retriever, trained (or loaded from its cached checkpoint) by ``prepare()``, for mteb.
+
+    ``config`` is used as given: for an experiment other than the default pass its resolved config
+    (``Experiment.resolve(profile.config)``); ``experiment`` names the model. Online usage::
+
+        import mteb
+        from dreambench.evaluation.mteb_encoder import mteb_encoder
+        from dreambench.profiles import PROFILES
+        from dreambench.workspace import Workspace
+
+        encoder = mteb_encoder("dream", PROFILES.get("mini").config, Workspace.resolve())
+        results = mteb.evaluate(encoder, tasks=mteb.get_tasks(tasks=["SciFact"]))
+    """
+    from ..method import METHODS, DenseMethod
+
+    cls = METHODS.get(method)
+    if not issubclass(cls, DenseMethod):
+        raise TypeError(f"method {method!r} is not a dense method; mteb needs an encoder")
+    instance = cls(config, workspace, experiment)
+    instance.prepare()
+    return DreambenchEncoder(
+        instance.retriever,
+        model_name(config.profile, method, experiment),
+        method_revision(instance),
+        instance,
+    )
