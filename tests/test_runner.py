@@ -268,3 +268,17 @@ def test_learning_verdicts_say_when_a_method_did_not_learn_in_every_seed():
     assert (
         lines[1].startswith("- `infonce`: held-out top-1 rose in 1 of 1") and "did not learn" not in lines[1]
     )
+
+
+def test_default_profile_plans_every_shipped_set_without_a_data_dir(workspace, capsys):
+    from dreambench.data.nano import RECIPES
+    from dreambench.profiles import PROFILES
+
+    assert set(RECIPES) <= set(PROFILES.get("mini").config.eval.datasets)
+    args = ["--data-dir", str(workspace.data_dir), "--results-dir", str(workspace.results_dir),
+            "--cache-dir", str(workspace.cache_dir)]  # fmt: skip
+    assert run_all.main([*args, "--methods", "bm25", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert not workspace.data_dir.exists() and "skipped" not in out
+    for name in (*RECIPES, "wiki-desc2lead"):
+        assert f"  {name} " in out and "would run" in out.split(f"  {name} ")[1].splitlines()[0]
