@@ -81,3 +81,32 @@ def test_manifest_matches_the_shipped_files():
 @pytest.mark.skipif(not (SHARED_DATASETS / "scifact").is_dir(), reason="the full collections are not present")
 def test_build_script_recreates_the_shipped_files_byte_for_byte(workspace):
     assert check(SHARED_DATASETS, workspace) == []
+
+
+def test_shipped_sets_fit_the_evaluation_budget():
+    """One dense model must encode every default set in ≤ 5 minutes on 2 CPU cores (~1,500 tokens/s measured
+    on long passages): the shipped sets' query and passage tokens, as the mini retriever truncates them, stay
+    ≤ 360k (the Wikipedia description→lead set adds ~71k: 431k tokens ≈ 4.8 min)."""
+    from dreambench.method import passage_text
+    from dreambench.models.backbones import load_tokenizer
+    from dreambench.profiles import PROFILES
+    from dreambench.tasks import load_task
+    from dreambench.workspace import Workspace
+
+    model = PROFILES.get("mini").config.model
+    workspace = Workspace.resolve()
+    tokenizer = load_tokenizer(model.backbone, workspace)
+
+    def tokens(texts, prefix, limit):
+        return sum(
+            min(len(ids), limit - 1) + 1 for ids in tokenizer([prefix + t for t in texts])["input_ids"]
+        )
+
+    total = 0
+    for name in RECIPES:
+        data = load_task(name, workspace)
+        total += tokens(
+            [passage_text(d) for d in data.corpus.values()], model.passage_prefix, model.max_passage_tokens
+        )
+        total += tokens(list(data.queries.values()), model.query_prefix, model.max_query_tokens)
+    assert 200_000 < total <= 360_000, total
