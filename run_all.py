@@ -185,11 +185,12 @@ def main(argv: list[str] | None = None) -> int:
             _seeds(args.seeds),
             workspace.data_dir,
         )
+        runner = Runner(workspace, overwrite=args.overwrite)
+        runner.preflight(jobs)  # bad parameters or dataset files stop here, before any work
     except (ConfigError, UnknownNameError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    runner = Runner(workspace, overwrite=args.overwrite)
     if args.dry_run:
         print(f"profile {config.profile}; data {workspace.data_dir}; cache {workspace.cache_dir}; "
               f"results {workspace.results_dir}")  # fmt: skip

@@ -248,6 +248,42 @@ def method_params(params_cls: type, config: RunConfig, method: str) -> Any:
     return make_dataclass_from(params_cls, config.methods.get(method, {}), f"methods.{method}")
 
 
+# the smallest value each numeric option can take (a value below fails before any work, naming the option)
+MINIMUMS: dict[str, float] = {
+    "model.max_query_tokens": 2, "model.max_passage_tokens": 2, "model.lora_r": 1, "model.encode_batch_size": 1,
+    "data.num_train": 1, "data.num_heldout": 1, "data.num_probe": 1, "data.num_candidates": 2,
+    "data.chunk_min_words": 1, "data.query_max_new_tokens": 1, "data.query_batch_size": 1, "data.eval_articles": 1,
+    "data.eval_queries": 1, "train.steps": 1, "train.batch_size": 1, "train.grad_accum": 1, "train.warmup_steps": 0,
+    "train.weight_decay": 0, "train.checkpoint_every": 1, "train.log_every": 1, "eval.depth": 1,
+}  # fmt: skip
+POSITIVE = ("train.lr", "train.max_grad_norm", "model.lora_alpha")
+
+
+def check_ranges(config: RunConfig, where: str = "config") -> None:
+    """Impossible values (zero steps, K < 2, a non-positive learning rate, …) as one ConfigError."""
+    problems = []
+    for dotted, low in MINIMUMS.items():
+        section, name = dotted.split(".")
+        value = getattr(getattr(config, section), name)
+        if value < low:
+            problems.append(f"{dotted} = {value} (must be ≥ {low:g})")
+    for dotted in POSITIVE:
+        section, name = dotted.split(".")
+        value = getattr(getattr(config, section), name)
+        if not value > 0:
+            problems.append(f"{dotted} = {value} (must be > 0)")
+    if config.data.chunk_min_words > config.data.chunk_max_words:
+        problems.append(
+            f"data.chunk_min_words = {config.data.chunk_min_words} > data.chunk_max_words = {config.data.chunk_max_words}"
+        )
+    if config.data.eval_queries > config.data.eval_articles:
+        problems.append(
+            f"data.eval_queries = {config.data.eval_queries} > data.eval_articles = {config.data.eval_articles}"
+        )
+    if problems:
+        raise ConfigError(f"{where}: " + "; ".join(problems))
+
+
 # ----------------------------------------------------------------------------------------------------------
 # serialisation and fingerprints
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import RunConfig, fingerprint, to_jsonable
+from .config import ConfigError, RunConfig, check_ranges, fingerprint, to_jsonable
 from .evaluation.metrics import MEASURES, drop_identical_ids, evaluate, top_k
 from .method import METHODS, LexicalMethod, Method
 from .profiles import Experiment, Profile
@@ -23,6 +23,7 @@ from .tasks import (
     locate,
     task_fingerprint,
     task_spec,
+    validate_beir_folder,
 )
 from .workspace import Workspace, package_versions
 
@@ -62,7 +63,9 @@ def plan_jobs(
     for name in methods or ():
         METHODS.get(name)  # raises with a did-you-mean hint
     for name in datasets or ():
-        task_spec(name, data_dir)  # a registered task or a BEIR folder under data_dir; else a did-you-mean hint
+        task_spec(
+            name, data_dir
+        )  # a registered task or a BEIR folder under data_dir; else a did-you-mean hint
     selected: list[Experiment] = []
     for exp in profile.experiments:
         if methods and exp.method not in methods:
@@ -95,6 +98,7 @@ def plan_jobs(
     for exp in selected:
         METHODS.get(exp.method)
         config = exp.resolve(base_config)
+        check_ranges(config, f"experiment {exp.method}/{exp.name}")
         chosen = (
             tuple(datasets) if datasets else config.eval.datasets
         )  # an experiment may narrow its datasets
@@ -235,6 +239,36 @@ class Runner:
             else:
                 pending.append((name, key, deps))
         return outcomes, pending
+
+    def preflight(self, jobs: list[Job]) -> None:
+        """Everything that can be checked before any work: each job's method parameters (its constructor
+        validates them) and every planned dataset folder on disk (file and line of the first bad byte, line,
+        id or field). Raises ConfigError or DatasetFormatError; a dataset not on disk is left to the run."""
+        for job in jobs:
+            try:
+                METHODS.get(job.experiment.method)(job.config, self.workspace, job.experiment.name)
+            except ValueError as exc:
+                if isinstance(exc, ConfigError):
+                    raise
+                raise ConfigError(
+                    f"experiment {job.experiment.method}/{job.experiment.name}: {exc}"
+                ) from None
+        checked: set[str] = set()
+        for job in jobs:
+            for name in job.datasets:
+                if name in checked:
+                    continue
+                checked.add(name)
+                spec = task_spec(name, self.workspace.data_dir)
+                if spec.builder is not None:
+                    continue
+                root = (
+                    locate(spec, self.workspace) if not spec.forums else self.workspace.data_dir / spec.name
+                )
+                folders = [root / f for f in spec.forums] if spec.forums and root else [root]
+                for folder in folders:
+                    if folder is not None and (folder / "corpus.jsonl").is_file():
+                        validate_beir_folder(folder, job.config.eval.split, name)
 
     def describe(self, jobs: list[Job]) -> list[str]:
         """What would run (``--dry-run``): one line per job and dataset, with cache status."""

@@ -173,9 +173,22 @@ def task_spec(name: str, data_dir: Path | None = None) -> TaskSpec:
 # validation: locate the first malformed line of a BEIR file
 
 
-def _check_jsonl(path: Path, required: tuple[str, ...]) -> None:
-    with path.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
+def _check_jsonl(path: Path, required: tuple[str, ...], kind: str) -> list[str]:
+    """Validate a corpus or queries file line by line; return the ids of documents with no title and no text.
+
+    Errors name the file and line: bytes that are not UTF-8, invalid JSON, a missing or empty field, an id
+    seen before (with the line it was first seen on), an empty query.
+    """
+    seen: dict[str, int] = {}
+    empty: list[str] = []
+    with path.open("rb") as handle:
+        for lineno, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetFormatError(
+                    f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+                ) from None
             if not line.strip():
                 continue
             try:
@@ -189,53 +202,71 @@ def _check_jsonl(path: Path, required: tuple[str, ...]) -> None:
                     raise DatasetFormatError(f"{path}:{lineno}: missing field {key!r}")
                 if not isinstance(obj[key], (str, int)) or (key == "_id" and str(obj[key]) == ""):
                     raise DatasetFormatError(f"{path}:{lineno}: field {key!r} must be a non-empty string")
+            key = str(obj["_id"])
+            if key in seen:
+                raise DatasetFormatError(f"{path}:{lineno}: duplicate id {key!r} (first on line {seen[key]})")
+            seen[key] = lineno
+            text = str(obj.get("text") or "").strip()
+            if kind == "queries" and not text:
+                raise DatasetFormatError(f"{path}:{lineno}: query {key!r} has an empty text")
+            if kind == "corpus" and not text and not str(obj.get("title") or "").strip():
+                empty.append(key)
+    return empty
+
+
+def validate_beir_folder(folder: Path, split: str, name: str) -> None:
+    """Every check of a BEIR folder that reading it needs, before any work: one error naming file and line."""
+    corpus_file, query_file = folder / "corpus.jsonl", folder / "queries.jsonl"
+    qrels_file = folder / "qrels" / f"{split}.tsv"
+    for path in (corpus_file, query_file, qrels_file):
+        if not path.is_file():
+            raise DatasetFormatError(f"{name}: {path} is missing (expected BEIR layout in {folder})")
+    empty = _check_jsonl(corpus_file, ("_id", "text"), "corpus")
+    if empty:  # real collections have a few (TREC-COVID): harmless, they are ranked like any other
+        log.warning(
+            "%s: %d documents have neither title nor text, e.g. %s", corpus_file, len(empty), empty[:3]
+        )
+    _check_jsonl(query_file, ("_id", "text"), "queries")
+    _check_qrels(qrels_file)
 
 
 def _check_qrels(path: Path) -> None:
-    with path.open(encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_MINIMAL)
-        header = next(reader, None)
-        if header is None:
-            raise DatasetFormatError(
-                f"{path}:1: empty qrels file (expected a header query-id, corpus-id, score)"
-            )
-        for lineno, row in enumerate(reader, 2):
-            if not row:
-                continue
+    lineno = 0
+    with path.open("rb") as handle:
+        for lineno, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetFormatError(
+                    f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+                ) from None
+            if lineno == 1 or not line.strip():
+                continue  # the header (beir's loader skips it)
+            row = next(csv.reader([line.rstrip("\r\n")], delimiter="\t", quoting=csv.QUOTE_MINIMAL))
             if len(row) < 3:
                 raise DatasetFormatError(f"{path}:{lineno}: expected 3 tab-separated columns, got {len(row)}")
             try:
                 int(row[2])
             except ValueError:
                 raise DatasetFormatError(f"{path}:{lineno}: relevance {row[2]!r} is not an integer") from None
+    if lineno == 0:
+        raise DatasetFormatError(f"{path}:1: empty qrels file (expected a header query-id, corpus-id, score)")
 
 
 def read_beir_folder(folder: Path, split: str, name: str) -> RetrievalData:
     """Read one BEIR folder through beir's loader; malformed input fails naming the file and line."""
     from beir.datasets.data_loader import GenericDataLoader
 
+    validate_beir_folder(folder, split, name)
     corpus_file, query_file = folder / "corpus.jsonl", folder / "queries.jsonl"
     qrels_file = folder / "qrels" / f"{split}.tsv"
-    for path in (corpus_file, query_file, qrels_file):
-        if not path.is_file():
-            raise DatasetFormatError(f"{name}: {path} is missing (expected BEIR layout in {folder})")
     loader = GenericDataLoader(data_folder=str(folder))
     try:
         corpus, queries, qrels = loader.load(split=split)
-    except (json.JSONDecodeError, ValueError, IndexError, KeyError, TypeError, AttributeError) as exc:
-        # beir's loader reports no position: find the offending line ourselves
-        _check_jsonl(corpus_file, ("_id", "text"))
-        _check_jsonl(query_file, ("_id", "text"))
-        _check_qrels(qrels_file)
-        if isinstance(exc, KeyError):
-            raise DatasetFormatError(
-                f"{qrels_file}: query id {exc.args[0]!r} has judgements but no entry in {query_file}"
-            ) from None
-        raise DatasetFormatError(f"{name}: could not read {folder}: {exc!r}") from None
-    if None in corpus or any(doc.get("text") is None for doc in corpus.values()):
-        _check_jsonl(corpus_file, ("_id", "text"))
-    if any(text is None for text in queries.values()):
-        _check_jsonl(query_file, ("_id", "text"))
+    except KeyError as exc:
+        raise DatasetFormatError(
+            f"{qrels_file}: query id {exc.args[0]!r} has judgements but no entry in {query_file}"
+        ) from None
     corpus = {
         str(did): {"title": str(doc.get("title") or ""), "text": str(doc["text"])}
         for did, doc in corpus.items()

@@ -68,6 +68,21 @@ class Dream(TrainedDenseMethod):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         p = self.params
+        if p.num_heads < 1:
+            raise ValueError(f"methods.dream.num_heads must be at least 1, got {p.num_heads}")
+        from dreambench.models.backbones import BACKBONES
+
+        spec = BACKBONES.get(self.judge_name) if self.judge_name in BACKBONES else None
+        if (
+            spec is not None
+            and spec.attention is not None
+            and p.num_heads > spec.attention[0] * spec.attention[1]
+        ):
+            layers, heads = spec.attention
+            raise ValueError(
+                f"methods.dream.num_heads={p.num_heads}: the judge {self.judge_name} has {layers * heads} heads "
+                f"({layers} layers × {heads})"
+            )
         if p.tau_init <= 0:
             raise ValueError(f"methods.dream.tau_init must be positive, got {p.tau_init}")
         if p.scalar_lr < 0:

