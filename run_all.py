@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip DREAM's signal check before training (dreambench.signal)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print what would run and exit")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="verify that the committed report is what this code produces (fingerprints, re-rendering); "
+        "exit 1 if not",
+    )
     parser.add_argument("--overwrite", action="store_true", help="recompute results even if cached")
     parser.add_argument(
         "--render-only", action="store_true", help="only re-render the report from stored results"
@@ -126,6 +132,22 @@ def run_signal_checks(jobs, workspace) -> None:
             )  # fmt: skip
 
 
+def check(profile, workspace) -> int:
+    """``--check``: every result in the committed report has the fingerprint this code would give it."""
+    from dreambench import report
+    from dreambench.runner import expected_fingerprint
+
+    def expected(method: str, experiment: str, dataset: str) -> str:
+        return expected_fingerprint(profile, method, experiment, dataset, workspace)
+
+    problems = report.check_report(workspace.reports_dir, workspace.results_dir, profile.name, expected)
+    for line in problems:
+        print(f"check: {line}", file=sys.stderr)
+    print(f"{workspace.reports_dir / profile.name}: " + ("consistent with this code" if not problems else
+                                                          f"{len(problems)} problem(s)"))  # fmt: skip
+    return 1 if problems else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -172,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         workspace = Workspace.resolve(args.data_dir, args.cache_dir, args.results_dir, args.reports_dir)
         if args.build_data:
             return build_data(config, workspace)
+        if args.check:
+            return check(profile, workspace)
         if args.render_only:
             path = report.render(workspace.results_dir, workspace.reports_dir, config.profile)
             print(f"report: {path}" if path else "no stored results to render")

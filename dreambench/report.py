@@ -7,6 +7,7 @@ Outputs under ``<reports-dir>/<profile>/``:
 * ``nano_fidelity.csv`` — nano vs full-corpus NDCG@10 of the methods that have both;
 * ``training.csv`` — per trained method/experiment: steps, time, loss, held-out top-1/MRR before and after;
 * ``results_long.csv`` — every stored score (method, experiment, dataset, metric, value, queries, docs);
+* ``provenance.csv`` — per result: its dependency fingerprint and commit (``run_all.py --check`` verifies them);
 * ``report.md`` — the tables, reproduction checks against published reference numbers ([OK]/[FAIL]), the
   DREAM paper's numbers side by side (``shared/reference/dream_paper_ndcg10.csv``), and provenance.
 """
@@ -97,6 +98,60 @@ def results_frame(results_dir: Path, profile: str) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
+
+
+PROVENANCE = "provenance.csv"
+
+
+def provenance_table(results_dir: Path, profile: str) -> pd.DataFrame:
+    """One row per result the report shows: its dependency fingerprint and the code version that produced it
+    (``run_all.py --check`` recomputes each fingerprint with the checked-out code)."""
+    rows = [
+        {
+            "method": p["method"], "experiment": p["experiment"], "dataset": p["dataset"],
+            "fingerprint": p.get("fingerprint"), "commit": (p.get("git") or {}).get("commit"),
+            "dirty": (p.get("git") or {}).get("dirty"),
+        }
+        for p in iter_results(results_dir, profile)
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=["method", "experiment", "dataset", "fingerprint", "commit", "dirty"])
+
+
+def check_report(reports_dir: Path, results_dir: Path, profile: str, expected: Any) -> list[str]:
+    """Problems that make the committed report of ``profile`` not what this code produces (empty: none).
+
+    ``expected(method, experiment, dataset)`` is the fingerprint the current code gives that result (or raises
+    when it cannot be computed here). With result files present, the report must also re-render identically.
+    """
+    out = reports_dir / profile
+    path = out / PROVENANCE
+    if not path.is_file():
+        return [f"{path} is missing: the report has no provenance (re-render it)"]
+    problems = []
+    table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    for row in table.itertuples():
+        label = f"{row.method}/{row.experiment} on {row.dataset}"
+        try:
+            current = expected(row.method, row.experiment, row.dataset)
+        except (
+            Exception
+        ) as exc:  # an unavailable dataset, a method that no longer exists: cannot vouch for it
+            problems.append(f"{label}: cannot recompute its fingerprint here ({exc})")
+            continue
+        if current != row.fingerprint:
+            problems.append(f"{label}: computed by other code or settings (fingerprint {row.fingerprint}, "
+                            f"this code gives {current}); rerun it")  # fmt: skip
+    if any(results_dir.glob(f"{profile}/*/*/*.json")):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            render(results_dir, Path(tmp), profile)
+            for fresh in sorted((Path(tmp) / profile).iterdir()):
+                if fresh.suffix in (".md", ".csv", ".tex"):
+                    committed = out / fresh.name
+                    if not committed.is_file() or committed.read_bytes() != fresh.read_bytes():
+                        problems.append(f"{committed}: differs from a rendering of {results_dir / profile}")
+    return problems
 
 
 def _row_label(method: str, experiment: str) -> str:
@@ -431,6 +486,7 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     frame.drop(columns=["params", "training"]).to_csv(
         out / "results_long.csv", index=False, float_format="%.6f"
     )
+    provenance_table(results_dir, profile).to_csv(out / PROVENANCE, index=False)
 
     sections = [f"# dreambench report — profile `{profile}`", ""]
     backbones = sorted(set(frame.backbone) - {"-"}) or ["none (lexical methods only)"]

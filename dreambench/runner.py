@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, RunConfig, check_ranges, fingerprint, to_jsonable
+from .config import ConfigError, RunConfig, apply_overrides, check_ranges, fingerprint, to_jsonable
 from .evaluation.metrics import MEASURES, drop_identical_ids, evaluate, top_k
 from .method import METHODS, LexicalMethod, Method
 from .profiles import Experiment, Profile
@@ -209,6 +209,23 @@ def evaluate_method(method: Method, data: RetrievalData, config: RunConfig) -> d
             else None,
         },
     }
+
+
+def expected_fingerprint(
+    profile: Profile, method: str, experiment: str, dataset: str, workspace: Workspace
+) -> str:
+    """The dependency fingerprint the current code gives a result of ``profile`` (what ``_pending`` compares):
+    a stored result with another fingerprint would be recomputed, i.e. it is not what this code produces."""
+    from .results import SEED_MARK
+
+    base, _, seed = experiment.partition(SEED_MARK)
+    matches = [e for e in profile.experiments if e.method == method and e.name == base]
+    exp = matches[0] if matches else Experiment(method, base)
+    config = exp.resolve(profile.config)
+    if seed:
+        config = apply_overrides(config, {"train.seed": int(seed)})
+    instance = METHODS.get(method)(config, workspace, experiment)
+    return fingerprint(instance.result_dependencies(), dataset_signature(dataset, workspace, config))
 
 
 class Runner:

@@ -314,3 +314,32 @@ def test_a_malformed_dataset_stops_the_run_before_any_method_runs(tiny_dataset, 
     assert run_all.main([*args, "--methods", "bm25,test-overlap", "--datasets", "scifact"]) == 2
     assert "corpus.jsonl:7: duplicate id 'd1' (first on line 1)" in capsys.readouterr().err
     assert OverlapMethod.calls == calls and not workspace.results_dir.exists()
+
+
+def test_check_vouches_for_a_report_only_while_the_code_would_produce_it(tiny_dataset, workspace):
+    import shutil
+
+    from dreambench.report import check_report
+    from dreambench.runner import expected_fingerprint
+
+    def checker(prof):
+        return lambda m, e, d: expected_fingerprint(prof, m, e, d, workspace)
+
+    prof = profile()
+    Runner(workspace).run(plan_jobs(prof, prof.config, seeds=[0, 1]))
+    render(workspace.results_dir, workspace.reports_dir, "t")
+    assert check_report(workspace.reports_dir, workspace.results_dir, "t", checker(prof)) == []
+    report_md = workspace.reports_dir / "t" / "report.md"
+    report_md.write_text(report_md.read_text() + "edited\n")
+    assert check_report(workspace.reports_dir, workspace.results_dir, "t", checker(prof)) == [
+        f"{report_md}: differs from a rendering of {workspace.results_dir / 't'}"
+    ]
+    shutil.rmtree(workspace.results_dir)  # a fresh clone: only the committed report and its provenance
+    assert check_report(workspace.reports_dir, workspace.results_dir, "t", checker(prof)) == []
+    changed = replace(prof, config=replace(prof.config, eval=replace(prof.config.eval, depth=50)))
+    problems = check_report(workspace.reports_dir, workspace.results_dir, "t", checker(changed))
+    assert len(problems) == 1 and problems[0].startswith(
+        "test-overlap/default on scifact: computed by other code"
+    )
+    tiny_dataset.joinpath("qrels", "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td2\t1\n")
+    assert len(check_report(workspace.reports_dir, workspace.results_dir, "t", checker(prof))) == 1
