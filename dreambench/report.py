@@ -557,6 +557,10 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         ]
         if plotted:
             sections += ["![alignment vs uniformity](geometry.png)", ""]
+    failed = sorted((results_dir / profile).glob("*/*/FAILED.json"))
+    if failed:
+        sections += ["## Failed runs (no results; fix and run the same command again)", ""]
+        sections += [f"- `{json.loads(p.read_text())['reason']}`" for p in failed] + [""]
     checks = reference_checks(frame)
     if checks:
         sections += ["## Reproduction checks", "", "```", *checks, "```", ""]

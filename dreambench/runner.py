@@ -25,7 +25,8 @@ from .tasks import (
     task_spec,
     validate_beir_folder,
 )
-from .workspace import Workspace, package_versions
+from .training.trainer import TrainingDiverged
+from .workspace import Workspace, package_versions, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +229,11 @@ def expected_fingerprint(
     return fingerprint(instance.result_dependencies(), dataset_signature(dataset, workspace, config))
 
 
+def failure_path(results_dir: Path, job: Job) -> Path:
+    """Where a run that stopped (a diverged training) is recorded, so the report marks it failed."""
+    return results_dir / job.config.profile / job.experiment.method / job.experiment.name / "FAILED.json"
+
+
 class Runner:
     def __init__(self, workspace: Workspace, overwrite: bool = False):
         self.workspace = workspace
@@ -332,9 +338,16 @@ class Runner:
                 )
         if not pending:
             return outcomes
+        failure = failure_path(self.workspace.results_dir, job)
         try:
             start = time.perf_counter()
-            method.prepare()
+            try:
+                method.prepare()
+            except TrainingDiverged as exc:  # this run stops; the rest of the plan goes on
+                log.error("%s", exc)
+                write_json_atomic(failure, {"method": exp.method, "experiment": exp.name, "reason": str(exc)})
+                return outcomes + [Outcome(key, "failed", str(exc)) for _, key, _ in pending]
+            failure.unlink(missing_ok=True)
             method.timings["prepare_s"] = time.perf_counter() - start
             prepare_timings = dict(method.timings)
             for name, key, deps in pending:

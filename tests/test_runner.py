@@ -343,3 +343,30 @@ def test_check_vouches_for_a_report_only_while_the_code_would_produce_it(tiny_da
     )
     tiny_dataset.joinpath("qrels", "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td2\t1\n")
     assert len(check_report(workspace.reports_dir, workspace.results_dir, "t", checker(prof))) == 1
+
+
+def test_a_diverged_training_fails_its_run_only_and_the_report_says_so(tiny_dataset, workspace, monkeypatch):
+    from dreambench.profiles import PROFILES
+    from dreambench.training.trainer import TrainingDiverged
+
+    infonce = METHODS.get("infonce")
+
+    def diverge(self):
+        raise TrainingDiverged(
+            "infonce: non-finite loss nan at step 3 on instances ['i1']; no checkpoint saved yet"
+        )
+
+    monkeypatch.setattr(infonce, "prepare", diverge)
+    smoke = PROFILES.get("smoke")
+    config = replace(smoke.config, eval=replace(smoke.config.eval, datasets=("scifact",)))
+    prof = Profile("smoke", "", config, (Experiment("infonce"), Experiment("test-overlap")))
+    outcomes = Runner(workspace).run(plan_jobs(prof, config))
+    assert [(o.key.method, o.status) for o in outcomes] == [
+        ("infonce", "failed"),
+        ("test-overlap", "computed"),
+    ]
+    text = render(workspace.results_dir, workspace.reports_dir, "smoke").read_text()
+    assert "## Failed runs" in text and "non-finite loss nan at step 3" in text
+    failure = workspace.results_dir / "smoke" / "infonce" / "default" / "FAILED.json"
+    assert json.loads(failure.read_text())["reason"].startswith("infonce: non-finite loss")
+    assert not list((workspace.results_dir / "smoke" / "infonce").rglob("scifact.json"))

@@ -108,3 +108,28 @@ def test_impossible_training_configs(workspace, tmp_path, override, message):
     config = apply_overrides(SMOKE, override)
     with pytest.raises(ValueError, match=message):
         Trainer(None, config.train, tmp_path, {}, "x")
+
+
+def test_non_finite_loss_stops_training_naming_step_instances_and_checkpoint(
+    workspace, tmp_path, monkeypatch
+):
+    from dreambench.training.trainer import TrainingDiverged
+
+    method, loader = dream(workspace)
+    real = method.compute_loss
+    seen = []
+
+    def poisoned(batch):
+        seen.append(batch.instance_ids)
+        loss, stats = real(batch)
+        return (loss * float("nan"), stats) if len(seen) > 4 else (loss, stats)  # step 3's first micro-batch
+
+    monkeypatch.setattr(method, "compute_loss", poisoned)
+    with pytest.raises(TrainingDiverged) as info:
+        trainer(method, tmp_path / "run").fit(loader)
+    message = str(info.value)
+    assert "non-finite loss nan at step 3" in message and str(seen[-1]) in message
+    assert f"last good checkpoint {tmp_path / 'run' / CHECKPOINT} (step 2)" in message
+    assert (
+        torch.load(tmp_path / "run" / CHECKPOINT, weights_only=False)["step"] == 2
+    )  # the bad step never saved

@@ -89,6 +89,11 @@ def load_trainable_state(module: torch.nn.Module, state: dict[str, torch.Tensor]
             params[name].copy_(value)
 
 
+class TrainingDiverged(FloatingPointError):
+    """A non-finite loss or gradient: the message names the step, the batch's instances and the last good
+    checkpoint. Training stops; nothing of the bad step is saved."""
+
+
 class Trainer:
     def __init__(self, method: TrainedDenseMethod, config: TrainConfig, out_dir: Path, run_config: dict[str, Any],
                  fingerprint: str):  # fmt: skip
@@ -151,6 +156,17 @@ class Trainer:
         with atomic_path(path) as tmp:
             tmp.write_text("".join(line + "\n" for line in kept))
 
+    def _diverged(self, what: str, step: int, instance_ids: list[str]) -> None:
+        path = self.out_dir / CHECKPOINT
+        if path.is_file():
+            saved = torch.load(path, map_location="cpu", weights_only=False)["step"]
+            last = f"last good checkpoint {path} (step {saved})"
+        else:
+            last = "no checkpoint saved yet"
+        raise TrainingDiverged(
+            f"{self.method.name}: non-finite {what} at step {step + 1} on instances {instance_ids}; {last}"
+        )
+
     # ---- the loop --------------------------------------------------------------------------------------
     def fit(self, loader: TrainingLoader, on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
         cfg = self.config
@@ -178,15 +194,20 @@ class Trainer:
                     with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
                         loss, stats = self.method.compute_loss(batch)
                     if not torch.isfinite(loss):
-                        raise FloatingPointError(
-                            f"non-finite loss {loss.item()} at step {step}, micro-batch {micro}"
-                        )
+                        self._diverged(f"loss {loss.item()}", step, batch.instance_ids)
                     (loss / cfg.grad_accum).backward()
                     loss_total += loss.item() / cfg.grad_accum
                     tokens += int(stats.pop("tokens", 0))
                     for key, value in stats.items():
                         stats_total[key] = stats_total.get(key, 0.0) + value / cfg.grad_accum
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                if not torch.isfinite(grad_norm):
+                    ids = [
+                        i
+                        for m in range(cfg.grad_accum)
+                        for i in loader.batch(step * cfg.grad_accum + m).instance_ids
+                    ]
+                    self._diverged(f"gradient norm {float(grad_norm)}", step, ids)
                 lr = optimizer.param_groups[0]["lr"]
                 optimizer.step()
                 scheduler.step()
