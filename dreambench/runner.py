@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,24 @@ def expected_fingerprint(
     return fingerprint(instance.result_dependencies(), dataset_signature(dataset, workspace, config))
 
 
+@contextlib.contextmanager
+def held_lock(path: Path, what: str) -> Iterator[None]:
+    """An inter-process lock on ``path`` (released when the process dies); says so when it has to wait."""
+    from filelock import FileLock, Timeout
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.warning("another run_all.py is working on %s; waiting for it (lock %s)", what, path)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def failure_path(results_dir: Path, job: Job) -> Path:
     """Where a run that stopped (a diverged training) is recorded, so the report marks it failed."""
     return results_dir / job.config.profile / job.experiment.method / job.experiment.name / "FAILED.json"
@@ -342,7 +361,8 @@ class Runner:
         try:
             start = time.perf_counter()
             try:
-                method.prepare()
+                with self._lock(job, method):
+                    method.prepare()
             except TrainingDiverged as exc:  # this run stops; the rest of the plan goes on
                 log.error("%s", exc)
                 write_json_atomic(failure, {"method": exp.method, "experiment": exp.name, "reason": str(exc)})
@@ -352,39 +372,54 @@ class Runner:
             prepare_timings = dict(method.timings)
             for name, key, deps in pending:
                 method.timings = dict(prepare_timings)
-                try:
-                    data = load_task(name, self.workspace, job.config)
-                    with method.timed("evaluate_s"):
-                        result = evaluate_method(method, data, job.config)
-                except (DatasetUnavailable, DatasetFormatError) as exc:
-                    log.error("%s", exc)
-                    outcomes.append(
-                        Outcome(key, "skipped" if isinstance(exc, DatasetUnavailable) else "failed", str(exc))
-                    )
-                    continue
-                write_result(
-                    key,
-                    self.workspace.results_dir,
-                    scores=result["scores"],
-                    per_query=result["per_query"],
-                    run=result["run"],
-                    dependency_fingerprint=deps,
-                    config=to_jsonable(job.config),
-                    extra={
-                        **result["extra"],
-                        **method.result_extra(),
-                        "kind": "lexical" if isinstance(method, LexicalMethod) else "dense",
-                        "experiment_group": exp.group,
-                        "overrides": dict(exp.overrides),
-                    },
-                    timings=method.timings,
-                )
-                log.info(
-                    "%s/%s on %s: ndcg@10 %.4f recall@100 %.4f (%d queries, %d docs) -> %s",
-                    exp.method, exp.name, name, result["scores"]["ndcg_at_10"], result["scores"]["recall_at_100"],
-                    result["extra"]["num_queries"], result["extra"]["num_docs"], key.json_path(self.workspace.results_dir),
-                )  # fmt: skip
-                outcomes.append(Outcome(key, "computed", scores=result["scores"]))
+                path = key.json_path(self.workspace.results_dir)
+                with held_lock(path.with_suffix(".lock"), f"result {path}"):
+                    # another process may have written it while this one trained or waited
+                    done = None if self.overwrite else cached_result(key, self.workspace.results_dir, deps)
+                    if done is not None:
+                        outcomes.append(Outcome(key, "cached", scores=done["scores"]))
+                        continue
+                    outcomes.append(self._evaluate_one(job, method, name, key, deps))
         finally:
             method.close()
         return outcomes
+
+    def _lock(self, job: Job, method: Method):
+        """One process trains a given configuration at a time; the others wait, then load its weights."""
+        if not method.trainable:
+            return contextlib.nullcontext()
+        folder = method.checkpoint_dir()
+        return held_lock(folder.with_name(folder.name + ".lock"), f"training run {folder}")
+
+    def _evaluate_one(self, job: Job, method: Method, name: str, key: ResultKey, deps: str) -> Outcome:
+        exp = job.experiment
+        try:
+            data = load_task(name, self.workspace, job.config)
+            with method.timed("evaluate_s"):
+                result = evaluate_method(method, data, job.config)
+        except (DatasetUnavailable, DatasetFormatError) as exc:
+            log.error("%s", exc)
+            return Outcome(key, "skipped" if isinstance(exc, DatasetUnavailable) else "failed", str(exc))
+        write_result(
+            key,
+            self.workspace.results_dir,
+            scores=result["scores"],
+            per_query=result["per_query"],
+            run=result["run"],
+            dependency_fingerprint=deps,
+            config=to_jsonable(job.config),
+            extra={
+                **result["extra"],
+                **method.result_extra(),
+                "kind": "lexical" if isinstance(method, LexicalMethod) else "dense",
+                "experiment_group": exp.group,
+                "overrides": dict(exp.overrides),
+            },
+            timings=method.timings,
+        )
+        log.info(
+            "%s/%s on %s: ndcg@10 %.4f recall@100 %.4f (%d queries, %d docs) -> %s",
+            exp.method, exp.name, name, result["scores"]["ndcg_at_10"], result["scores"]["recall_at_100"],
+            result["extra"]["num_queries"], result["extra"]["num_docs"], key.json_path(self.workspace.results_dir),
+        )  # fmt: skip
+        return Outcome(key, "computed", scores=result["scores"])

@@ -2,6 +2,7 @@
 
 import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -370,3 +371,28 @@ def test_a_diverged_training_fails_its_run_only_and_the_report_says_so(tiny_data
     failure = workspace.results_dir / "smoke" / "infonce" / "default" / "FAILED.json"
     assert json.loads(failure.read_text())["reason"].startswith("infonce: non-finite loss")
     assert not list((workspace.results_dir / "smoke" / "infonce").rglob("scifact.json"))
+
+
+@pytest.mark.java
+@pytest.mark.slow
+def test_two_concurrent_runs_share_the_work_and_never_corrupt_a_result(tiny_dataset, workspace):
+    import subprocess
+    import sys
+
+    args = [sys.executable, "run_all.py", "--methods", "bm25", "--datasets", "scifact", "--no-signal-check",
+            "--data-dir", str(workspace.data_dir), "--results-dir", str(workspace.results_dir),
+            "--cache-dir", str(workspace.cache_dir), "--reports-dir", str(workspace.reports_dir)]  # fmt: skip
+    root = Path(run_all.__file__).parent
+    procs = [subprocess.Popen(args, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]  # fmt: skip
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    statuses = sorted(
+        line.split()[-1]
+        for out in outputs
+        for line in out.splitlines()
+        if "ndcg@10" in line and line.startswith("  bm25")
+    )
+    assert statuses == ["(cached)", "(computed)"]  # one computed it, the other waited and reused it
+    result = json.loads((workspace.results_dir / "mini" / "bm25" / "default" / "scifact.json").read_text())
+    assert result["scores"]["ndcg_at_10"] > 0
