@@ -281,6 +281,14 @@ def read_beir_folder(folder: Path, split: str, name: str) -> RetrievalData:
         )  # fmt: skip
     if not qrels:
         raise DatasetFormatError(f"{qrels_file}: no judgements")
+    orphans = sorted(q for q, docs in qrels.items() if not any(d in corpus for d in docs))
+    if len(orphans) == len(qrels):
+        raise DatasetFormatError(f"{qrels_file}: no judged document of any query is in {corpus_file}")
+    if orphans:  # BEIR's ArguAna has one; Anserini's regressions count it as 0, and so does this suite
+        log.warning(
+            "%s: %d judged queries have none of their judged documents in the corpus (they score 0 for every "
+            "method), e.g. %s", name, len(orphans), orphans[:3],
+        )  # fmt: skip
     return RetrievalData(name=name, corpus=corpus, queries=queries, qrels=qrels, source=str(folder))
 
 

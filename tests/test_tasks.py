@@ -153,3 +153,20 @@ def test_empty_query_is_an_error_and_an_empty_document_a_warning(tiny_dataset, w
     corpus.write_text(corpus.read_text() + json.dumps({"_id": "d9", "title": "", "text": ""}) + "\n")
     data = load_task("scifact", workspace)
     assert "d9" in data.corpus and "1 documents have neither title nor text" in caplog.text
+
+
+def test_queries_left_without_any_judged_document_are_named(tiny_dataset, workspace, caplog):
+    qrels = tiny_dataset / "qrels" / "test.tsv"
+    qrels.write_text(qrels.read_text() + "q3\tgone\t1\n")
+    load_task("scifact", workspace)
+    assert "judged document ids are absent" in caplog.text and "gone" in caplog.text
+    assert "judged queries have none" not in caplog.text  # q3 still has d3
+    qrels.write_text("query-id\tcorpus-id\tscore\nq1\tgone\t1\nq2\td3\t1\n")
+    load_task("scifact", workspace)
+    assert (
+        "1 judged queries have none of their judged documents in the corpus" in caplog.text
+        and "'q1'" in caplog.text
+    )
+    qrels.write_text("query-id\tcorpus-id\tscore\nq1\tgone\t1\n")
+    with pytest.raises(DatasetFormatError, match="no judged document of any query"):
+        load_task("scifact", workspace)
