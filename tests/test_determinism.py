@@ -1,9 +1,15 @@
-"""Determinism: the smoke profile, run twice from an empty cache, gives the same result files apart from
-timings (scores, per-query scores, rankings, training summaries, configs, fingerprints)."""
+"""Determinism and interruption: the smoke profile, run twice from an empty cache, gives the same result
+files apart from timings (scores, per-query scores, rankings, training summaries, configs, fingerprints); a
+run killed with SIGKILL mid-training and started again ends with exactly the same files (tolerance: none)."""
 
 import gzip
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -32,19 +38,42 @@ def _snapshot(results_dir):
     return files
 
 
+def _args(workspace):
+    return ["--profile", "smoke", "--experiments", "default", "--no-signal-check",
+            "--data-dir", str(workspace.data_dir), "--cache-dir", str(workspace.cache_dir),
+            "--results-dir", str(workspace.results_dir), "--reports-dir", str(workspace.reports_dir)]  # fmt: skip
+
+
+def _fresh(workspace):
+    shutil.rmtree(workspace.cache_dir, ignore_errors=True)
+    shutil.rmtree(workspace.results_dir, ignore_errors=True)
+
+
 @pytest.mark.slow
-def test_smoke_profile_twice_from_an_empty_cache_gives_identical_results(workspace):
-    args = ["--profile", "smoke", "--no-signal-check", "--data-dir", str(workspace.data_dir),
-            "--cache-dir", str(workspace.cache_dir), "--results-dir", str(workspace.results_dir),
-            "--reports-dir", str(workspace.reports_dir)]  # fmt: skip
-    assert run_all.main([*args, "--experiments", "default"]) == 0
+def test_smoke_profile_twice_and_killed_midway_gives_identical_results(workspace):
+    assert run_all.main(_args(workspace)) == 0
     first = _snapshot(workspace.results_dir)
-    shutil.rmtree(workspace.cache_dir)
-    shutil.rmtree(workspace.results_dir)
-    assert run_all.main([*args, "--experiments", "default"]) == 0
-    second = _snapshot(workspace.results_dir)
     methods = {name.split("/")[1] for name in first}
     assert {"bm25", "untrained", "infonce", "replug", "revela", "dream"} <= methods
+
+    _fresh(workspace)
+    assert run_all.main(_args(workspace)) == 0
+    second = _snapshot(workspace.results_dir)
     assert first.keys() == second.keys()
-    differ = [name for name in first if first[name] != second[name]]
-    assert differ == []
+    assert [name for name in first if first[name] != second[name]] == []
+
+    # a third run from scratch, killed (SIGKILL: no clean-up at all) once a training run has checkpointed
+    _fresh(workspace)
+    process = subprocess.Popen([sys.executable, "run_all.py", *_args(workspace)], cwd=Path(run_all.__file__).parent,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 600
+    while not list(workspace.cache_dir.glob("checkpoints/smoke/*/checkpoint.pt")) and process.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not list(workspace.cache_dir.glob("checkpoints/smoke/*/final.pt")) or process.returncode != 0
+    assert run_all.main(_args(workspace)) == 0  # the same command again
+    resumed = _snapshot(workspace.results_dir)
+    assert resumed.keys() == first.keys()
+    assert [name for name in first if first[name] != resumed[name]] == []
