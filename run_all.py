@@ -141,6 +141,18 @@ def check(profile, workspace) -> int:
         return expected_fingerprint(profile, method, experiment, dataset, workspace)
 
     problems = report.check_report(workspace.reports_dir, workspace.results_dir, profile.name, expected)
+    provenance = workspace.reports_dir / profile.name / report.PROVENANCE
+    if provenance.is_file():
+        import pandas as pd
+
+        from dreambench.workspace import git_info
+
+        table = pd.read_csv(provenance, dtype=str, keep_default_na=False)
+        head = git_info()["commit"]
+        older = table[(table.commit != head) | (table.dirty == "True")]
+        for (commit, dirty), rows in older.groupby(["commit", "dirty"]):
+            print(f"{len(rows)} result(s) computed at {commit[:10]}{' (uncommitted changes)' if dirty == 'True' else ''}"
+                  f", not at the checkout {str(head)[:10]}: their fingerprints are checked above")  # fmt: skip
     for line in problems:
         print(f"check: {line}", file=sys.stderr)
     print(f"{workspace.reports_dir / profile.name}: " + ("consistent with this code" if not problems else
