@@ -118,7 +118,8 @@ def git_info() -> dict[str, Any]:
             return None
 
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
+    # reports/ holds outputs that runs rewrite themselves: a change there is not a change of the code
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)reports")
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
