@@ -154,6 +154,43 @@ def check_report(reports_dir: Path, results_dir: Path, profile: str, expected: A
     return problems
 
 
+def reproduce_commands(results_dir: Path, profile: str) -> list[str]:
+    """The ``run_all.py`` commands that recompute every stored result of ``profile`` (one per group of
+    methods sharing experiment, seeds and datasets); a dataset outside the package needs ``--data-dir``."""
+    runs: dict[tuple[str, str, int], set[str]] = {}
+    for p in iter_results(results_dir, profile):
+        base, _, seed = p["experiment"].partition(SEED_MARK)
+        k = int(seed) if seed else int((p.get("config") or {}).get("train", {}).get("seed", 0))
+        runs.setdefault((p["method"], base, k), set()).add(p["dataset"])
+    by_datasets: dict[tuple[str, str, tuple[str, ...]], list[int]] = {}
+    for (method, experiment, seed), datasets in sorted(runs.items()):
+        key = (method, experiment, tuple(sorted(datasets, key=_dataset_order)))
+        by_datasets.setdefault(key, []).append(seed)
+    groups: dict[tuple[str, tuple[int, ...], tuple[str, ...]], list[str]] = {}
+    for (method, experiment, datasets), seeds in by_datasets.items():
+        groups.setdefault((experiment, tuple(seeds), datasets), []).append(method)
+    from .profiles import PROFILES
+
+    base_seed = PROFILES.get(profile).config.train.seed if profile in PROFILES else 0
+    lines = []
+    for (experiment, seeds, datasets), methods in groups.items():
+        external = [
+            d for d in datasets if not (d in TASKS and (TASKS.get(d).shipped or TASKS.get(d).builder))
+        ]
+        command = (
+            f"python run_all.py --profile {profile} --methods {','.join(methods)} --experiments {experiment}"
+        )
+        command += f" --seeds {','.join(map(str, seeds))}" if seeds != (base_seed,) else ""
+        command += f" --datasets {','.join(datasets)}"
+        command += " --data-dir <folder with the BEIR datasets>" if external else ""
+        lines.append(f"- `{command}`")
+    return lines
+
+
+def _dataset_order(name: str) -> tuple[tuple[int, int], str]:
+    return _block_order(dataset_block(name)), name
+
+
 def _row_label(method: str, experiment: str) -> str:
     return method if experiment == "default" else f"{method}/{experiment}"
 
@@ -506,6 +543,12 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
             "averaged with them; the section *Nano vs full corpora* measures whether they rank methods alike.",
             "",
         ]
+    sections += [
+        "Every number below comes from these commands (cached results are reused; `--check` verifies them):",
+        "",
+        *reproduce_commands(results_dir, profile),
+        "",
+    ]
     sections += ["## NDCG@10", "", _markdown(main), "", *_average_note(main)]
     seeds = seed_table(frame)
     if not seeds.empty:

@@ -112,6 +112,10 @@ def test_report_renders_from_stored_results(tiny_dataset, workspace):
     report = render(workspace.results_dir, workspace.reports_dir, "t")
     text = report.read_text()
     assert "test-overlap" in text and "scifact" in text
+    assert (
+        "- `python run_all.py --profile t --methods test-overlap --experiments default --datasets scifact "
+        "--data-dir <folder with the BEIR datasets>`" in text
+    )  # the command that recomputes it
     csv = (workspace.reports_dir / "t" / "main_table.csv").read_text()
     assert csv.splitlines()[0].startswith("row,scifact")
 
