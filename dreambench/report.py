@@ -646,8 +646,18 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     counts = frame[frame.metric == "ndcg_at_10"].groupby("dataset")[["num_queries", "num_docs"]].first()
     counts.insert(0, "kind", [_dataset_kind(d) for d in counts.index])
     sections += ["## Datasets", "", _markdown(counts), ""]
-    commits = sorted({c for c in frame.git if isinstance(c, str)})
-    sections += [f"Results from commit(s): {', '.join(c[:10] for c in commits) or 'unknown'}.", ""]
+    provenance = provenance_table(results_dir, profile)
+    counts = provenance.groupby(["commit", "dirty"], dropna=False).size()
+    listed = [
+        f"{str(commit)[:10]}{' with uncommitted changes' if dirty is True else ''} ({n} results)"
+        for (commit, dirty), n in counts.items()
+    ]
+    sections += [
+        f"Results from commit(s): {'; '.join(listed) or 'unknown'}. A result is reused by later code only while "
+        "its fingerprint is unchanged; `python run_all.py --check` recomputes every fingerprint (`provenance.csv`) "
+        "with the checked-out code and names the results computed at other commits.",
+        "",
+    ]
     report = out / "report.md"
     report.write_text("\n".join(sections))
     return report

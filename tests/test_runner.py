@@ -132,6 +132,10 @@ def test_cli_list_dry_run_and_bad_names(tiny_dataset, workspace, capsys):
     assert "did you mean 'bm25'" in capsys.readouterr().err
     assert run_all.main([*args, "--set", "train.stpes=3"]) == 2
     assert "did you mean 'steps'" in capsys.readouterr().err
+    assert run_all.main([*args, "--profile", "minii", "--dry-run"]) == 2
+    assert "did you mean 'mini'" in capsys.readouterr().err
+    assert run_all.main([*args, "--experiments", "dream/heads-top5", "--dry-run"]) == 2
+    assert "unknown experiment(s) ['dream/heads-top5']" in capsys.readouterr().err
 
 
 def test_experiment_may_narrow_its_datasets(tiny_dataset, workspace):
