@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,6 +173,18 @@ def task_spec(name: str, data_dir: Path | None = None) -> TaskSpec:
 # validation: locate the first malformed line of a BEIR file
 
 
+def _utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a file; a line that is not UTF-8 is an error naming the file, line and column."""
+    with path.open("rb") as handle:
+        for lineno, raw in enumerate(handle, 1):
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetFormatError(
+                    f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+                ) from None
+
+
 def _check_jsonl(path: Path, required: tuple[str, ...], kind: str) -> list[str]:
     """Validate a corpus or queries file line by line; return the ids of documents with no title and no text.
 
@@ -181,36 +193,29 @@ def _check_jsonl(path: Path, required: tuple[str, ...], kind: str) -> list[str]:
     """
     seen: dict[str, int] = {}
     empty: list[str] = []
-    with path.open("rb") as handle:
-        for lineno, raw in enumerate(handle, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DatasetFormatError(
-                    f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
-                ) from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise DatasetFormatError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-            for key in required:
-                if key not in obj:
-                    raise DatasetFormatError(f"{path}:{lineno}: missing field {key!r}")
-                if not isinstance(obj[key], (str, int)) or (key == "_id" and str(obj[key]) == ""):
-                    raise DatasetFormatError(f"{path}:{lineno}: field {key!r} must be a non-empty string")
-            key = str(obj["_id"])
-            if key in seen:
-                raise DatasetFormatError(f"{path}:{lineno}: duplicate id {key!r} (first on line {seen[key]})")
-            seen[key] = lineno
-            text = str(obj.get("text") or "").strip()
-            if kind == "queries" and not text:
-                raise DatasetFormatError(f"{path}:{lineno}: query {key!r} has an empty text")
-            if kind == "corpus" and not text and not str(obj.get("title") or "").strip():
-                empty.append(key)
+    for lineno, line in _utf8_lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise DatasetFormatError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+        for key in required:
+            if key not in obj:
+                raise DatasetFormatError(f"{path}:{lineno}: missing field {key!r}")
+            if not isinstance(obj[key], (str, int)) or (key == "_id" and str(obj[key]) == ""):
+                raise DatasetFormatError(f"{path}:{lineno}: field {key!r} must be a non-empty string")
+        key = str(obj["_id"])
+        if key in seen:
+            raise DatasetFormatError(f"{path}:{lineno}: duplicate id {key!r} (first on line {seen[key]})")
+        seen[key] = lineno
+        text = str(obj.get("text") or "").strip()
+        if kind == "queries" and not text:
+            raise DatasetFormatError(f"{path}:{lineno}: query {key!r} has an empty text")
+        if kind == "corpus" and not text and not str(obj.get("title") or "").strip():
+            empty.append(key)
     return empty
 
 
@@ -232,23 +237,16 @@ def validate_beir_folder(folder: Path, split: str, name: str) -> None:
 
 def _check_qrels(path: Path) -> None:
     lineno = 0
-    with path.open("rb") as handle:
-        for lineno, raw in enumerate(handle, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DatasetFormatError(
-                    f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
-                ) from None
-            if lineno == 1 or not line.strip():
-                continue  # the header (beir's loader skips it)
-            row = next(csv.reader([line.rstrip("\r\n")], delimiter="\t", quoting=csv.QUOTE_MINIMAL))
-            if len(row) < 3:
-                raise DatasetFormatError(f"{path}:{lineno}: expected 3 tab-separated columns, got {len(row)}")
-            try:
-                int(row[2])
-            except ValueError:
-                raise DatasetFormatError(f"{path}:{lineno}: relevance {row[2]!r} is not an integer") from None
+    for lineno, line in _utf8_lines(path):
+        if lineno == 1 or not line.strip():
+            continue  # the header (beir's loader skips it)
+        row = next(csv.reader([line.rstrip("\r\n")], delimiter="\t", quoting=csv.QUOTE_MINIMAL))
+        if len(row) < 3:
+            raise DatasetFormatError(f"{path}:{lineno}: expected 3 tab-separated columns, got {len(row)}")
+        try:
+            int(row[2])
+        except ValueError:
+            raise DatasetFormatError(f"{path}:{lineno}: relevance {row[2]!r} is not an integer") from None
     if lineno == 0:
         raise DatasetFormatError(f"{path}:1: empty qrels file (expected a header query-id, corpus-id, score)")
 
