@@ -133,9 +133,7 @@ def check_report(reports_dir: Path, results_dir: Path, profile: str, expected: A
         label = f"{row.method}/{row.experiment} on {row.dataset}"
         try:
             current = expected(row.method, row.experiment, row.dataset)
-        except (
-            Exception
-        ) as exc:  # an unavailable dataset, a method that no longer exists: cannot vouch for it
+        except Exception as exc:  # an unavailable dataset, a removed method: this code cannot vouch for it
             problems.append(f"{label}: cannot recompute its fingerprint here ({exc})")
             continue
         if current != row.fingerprint:

@@ -64,10 +64,8 @@ def plan_jobs(
     """
     for name in methods or ():
         METHODS.get(name)  # raises with a did-you-mean hint
-    for name in datasets or ():
-        task_spec(
-            name, data_dir
-        )  # a registered task or a BEIR folder under data_dir; else a did-you-mean hint
+    for name in datasets or ():  # a registered task or a BEIR folder under data_dir; else a did-you-mean hint
+        task_spec(name, data_dir)
     selected: list[Experiment] = []
     for exp in profile.experiments:
         if methods and exp.method not in methods:
@@ -218,8 +216,6 @@ def expected_fingerprint(
 ) -> str:
     """The dependency fingerprint the current code gives a result of ``profile`` (what ``_pending`` compares):
     a stored result with another fingerprint would be recomputed, i.e. it is not what this code produces."""
-    from .results import SEED_MARK
-
     base, _, seed = experiment.partition(SEED_MARK)
     matches = [e for e in profile.experiments if e.method == method and e.name == base]
     exp = matches[0] if matches else Experiment(method, base)

@@ -119,8 +119,7 @@ def build(recipe: NanoRecipe, data: Any, workspace: Any) -> tuple[list[str], lis
     order = sorted(judged)
     random.Random(recipe.seed).shuffle(order)
     if recipe.max_queries is None and recipe.max_docs is None:
-        chosen = sorted(order)
-        return chosen, sorted({d for q in chosen for d in judged[q]} | set(data.corpus)), {"stopped_by": None}
+        return sorted(order), sorted(data.corpus), {"stopped_by": None}  # the whole collection
     # with a corpus cap, the number of queries taken is not known in advance: search them all
     searched = order if recipe.max_docs is not None else order[: recipe.max_queries]
     top = _bm25_top(data, searched, recipe.bm25_depth, workspace) if recipe.bm25_depth else {}
