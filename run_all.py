@@ -6,6 +6,7 @@ python run_all.py --list                            # methods, datasets, profile
 python run_all.py --methods bm25 --datasets scifact,arguana --data-dir ../shared/datasets
 python run_all.py --dry-run                         # what would run, and what is cached
 python run_all.py --set train.steps=50 --set methods.bm25.k1=1.2
+python run_all.py --tune                            # select each trained method's hyperparameters (held-out)
 """
 
 from __future__ import annotations
@@ -91,8 +92,38 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="build the profile's training data and built evaluation sets, then exit",
     )
+    parser.add_argument(
+        "--tune",
+        action="store_true",
+        help="select each trained method's hyperparameters on held-out training-format instances (the "
+        "profile's grids; cached, resumable), then render the report's Tuning section",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser
+
+
+def tune(profile, config, methods, workspace) -> int:
+    """``--tune``: the profile's grid search for each method; say whether the committed values agree."""
+    from dreambench import report
+    from dreambench.tuning import tune as search
+
+    stale = []
+    for method in methods:
+        record = search(profile, config, method, workspace)
+        print(f"{method}: chose {record['chosen']}")
+        for point in record["points"]:
+            mrr = point.get("heldout_mrr")
+            print(f"    {point['axis']:<28} {point['value']!s:<8} held-out MRR "
+                  f"{'failed' if mrr is None else f'{mrr:.4f}'}")  # fmt: skip
+        if dict(profile.tuned.get(method, {})) != record["chosen"]:
+            stale.append(method)
+    path = report.render(workspace.results_dir, workspace.reports_dir, config.profile)
+    if stale:
+        print(f"\nthe profile's committed values differ for {', '.join(stale)}: copy the choices above into "
+              f"the profile's `tuned` values (dreambench/profiles.py) so the default run uses them")  # fmt: skip
+    if path:
+        print(f"report: {path}")
+    return 0
 
 
 def build_data(config, workspace) -> int:
@@ -212,21 +243,29 @@ def main(argv: list[str] | None = None) -> int:
             path = report.render(workspace.results_dir, workspace.reports_dir, config.profile)
             print(f"report: {path}" if path else "no stored results to render")
             return 0
-        jobs = plan_jobs(
-            profile,
-            config,
-            _split(args.methods),
-            _split(args.datasets),
-            _split(args.experiments),
-            _seeds(args.seeds),
-            workspace.data_dir,
-        )
-        runner = Runner(workspace, overwrite=args.overwrite)
-        runner.preflight(jobs)  # bad parameters or dataset files stop here, before any work
+        if args.tune:
+            from dreambench.tuning import check_grid
+
+            tuning = _split(args.methods) or list(profile.tuning)
+            check_grid(profile, config, tuning, workspace)  # every grid point is valid, before any work
+        else:
+            jobs = plan_jobs(
+                profile,
+                config,
+                _split(args.methods),
+                _split(args.datasets),
+                _split(args.experiments),
+                _seeds(args.seeds),
+                workspace.data_dir,
+            )
+            runner = Runner(workspace, overwrite=args.overwrite)
+            runner.preflight(jobs)  # bad parameters or dataset files stop here, before any work
     except (ConfigError, UnknownNameError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
+    if args.tune:
+        return tune(profile, config, tuning, workspace)
     if args.dry_run:
         print(f"profile {config.profile}; data {workspace.data_dir}; cache {workspace.cache_dir}; "
               f"results {workspace.results_dir}")  # fmt: skip

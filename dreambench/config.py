@@ -55,7 +55,8 @@ class DataConfig:
     query_source: str = "generate"  # generate (DREAM App. A prompt) | crop (one sentence of the target)
     query_generator: str = "smollm2-135m-instruct"
     query_max_new_tokens: int = 48
-    query_batch_size: int = 16
+    query_batch_size: int = 1  # 1: each query independent of the others (a fresh clone rebuilds the same data)
+    query_precision: str = "fp32"  # fp32 | bf16 | auto (generation; fp32 is also the faster one on CPU here)
     eval_articles: int = 600  # held-out articles forming the description→lead evaluation set
     eval_queries: int = 300
     seed: int = 13
@@ -276,6 +277,10 @@ def check_ranges(config: RunConfig, where: str = "config") -> None:
         problems.append(
             f"data.chunk_min_words = {config.data.chunk_min_words} > data.chunk_max_words = {config.data.chunk_max_words}"
         )
+    for dotted in ("model.precision", "data.query_precision", "train.precision"):
+        section, name = dotted.split(".")
+        if getattr(getattr(config, section), name) not in ("auto", "bf16", "fp32"):
+            problems.append(f"{dotted} = {getattr(getattr(config, section), name)!r} (auto, bf16 or fp32)")
     if config.data.eval_queries > config.data.eval_articles:
         problems.append(
             f"data.eval_queries = {config.data.eval_queries} > data.eval_articles = {config.data.eval_articles}"

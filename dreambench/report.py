@@ -265,6 +265,74 @@ def seed_table(frame: pd.DataFrame, metric: str = "ndcg_at_10") -> pd.DataFrame:
     return cells.unstack("dataset")
 
 
+SIGNIFICANCE_TEST = "paired two-sided Student's t-test over queries (ranx), Bonferroni-corrected"
+SIGNIFICANCE_LEVELS = ((0.01, "‡"), (0.05, "†"))
+
+
+def per_query_scores(results_dir: Path, profile: str, metric: str = "ndcg_at_10") -> dict[tuple[str, str], pd.Series]:
+    """(row, dataset) → per-query ``metric`` of the main-table rows, averaged over the row's seeds."""
+    collected: dict[tuple[str, str], list[pd.Series]] = {}
+    for payload in iter_results(results_dir, profile):
+        if payload.get("experiment_group", "main") != "main" or not payload.get("per_query"):
+            continue
+        row = _row_label(payload["method"], payload["experiment"].split(SEED_MARK)[0])
+        values = pd.Series({q: s.get(metric, 0.0) for q, s in payload["per_query"].items()}, dtype=float)
+        collected.setdefault((row, payload["dataset"]), []).append(values)
+    # a query a seed did not rank counts 0 (pytrec_eval reports no score for it)
+    return {key: pd.concat(runs, axis=1).fillna(0.0).mean(axis=1) for key, runs in collected.items()}
+
+
+def significance(results_dir: Path, profile: str, reference: str = "dream") -> pd.DataFrame:
+    """Per dataset, ``reference`` against every other main-table row: the corrected p-value of a paired
+    t-test over queries (per-query NDCG@10 averaged over seeds). Rows = the other methods, columns = datasets;
+    the family corrected for is the comparisons made on one dataset."""
+    from ranx.statistical_tests import paired_student_t_test
+
+    scores = per_query_scores(results_dir, profile)
+    table: dict[str, dict[str, float]] = {}
+    for dataset in sorted({d for _, d in scores}, key=_dataset_order):
+        if (reference, dataset) not in scores:
+            continue
+        ours = scores[(reference, dataset)]
+        others = [row for row, d in scores if d == dataset and row != reference]
+        for row in others:
+            theirs = scores[(row, dataset)]
+            queries = ours.index.union(theirs.index)
+            a = ours.reindex(queries, fill_value=0.0).to_numpy()
+            b = theirs.reindex(queries, fill_value=0.0).to_numpy()
+            if len(queries) < 2 or (a == b).all():
+                p_value = 1.0
+            else:
+                p_value, _ = paired_student_t_test(a, b, max_p=0.05)
+            table.setdefault(row, {})[dataset] = min(1.0, float(p_value) * len(others))
+    return pd.DataFrame(table).T
+
+
+def _mark(p_value: float) -> str:
+    return next((mark for level, mark in SIGNIFICANCE_LEVELS if p_value < level), "")
+
+
+def display_table(frame: pd.DataFrame, main: pd.DataFrame, p_values: pd.DataFrame) -> pd.DataFrame:
+    """The main table for reading: 'mean ± std' over seeds where a row has several, and a mark where the
+    reference method (DREAM) differs significantly from that row on that dataset."""
+    sub = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main")]
+    sub = sub.assign(row=[_row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
+    stats = sub.groupby(["row", "dataset"])["value"].agg(["std", "count"])
+    shown = main.astype(object).copy()
+    for row in main.index:
+        for column in main.columns:
+            value = main.at[row, column]
+            if pd.isna(value):
+                continue
+            cell = f"{value:.4f}"
+            if (row, column) in stats.index and stats.at[(row, column), "count"] > 1:
+                cell += f" ± {stats.at[(row, column), 'std']:.4f}"
+            if row in p_values.index and column in p_values.columns and pd.notna(p_values.at[row, column]):
+                cell += _mark(p_values.at[row, column])
+            shown.at[row, column] = cell
+    return shown
+
+
 def fidelity(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Nano vs full corpus, per dataset: NDCG@10 of every main-table method that has both (same seeds),
     and whether the two orders of the methods agree (Kendall's τ over methods)."""
@@ -498,6 +566,41 @@ def _dataset_kind(name: str) -> str:
     return f"{suite}, full" if suite in ("BEIR", "RTEB") else suite
 
 
+def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[str]]:
+    """Every grid point of ``run_all.py --tune`` (held-out MRR and losses), which was chosen, and whether the
+    values committed in the profile are the search's choice."""
+    from .profiles import PROFILES
+    from .tuning import load_tuning
+
+    records = load_tuning(results_dir, profile)
+    committed = PROFILES.get(profile).tuned if profile in PROFILES else {}
+    rows, lines = [], []
+    for method, record in records.items():
+        chosen = record.get("chosen") or {}
+        for n, point in enumerate(record["points"]):
+            final_axis = record["complete"] and point["overrides"] == chosen
+            rows.append({
+                "method": method, "#": n + 1, "axis": point["axis"].split(".")[-1], "value": point["value"],
+                "held-out MRR": point.get("heldout_mrr"), "held-out top-1": point.get("heldout_top1"),
+                "first loss": point.get("first_loss"), "final loss": point.get("final_loss"),
+                "chance loss": point.get("chance_loss"), "τ end": point.get("tau"), "g end": point.get("gate"),
+                "train min": (point.get("train_seconds") or 0) / 60 or None,
+                "chosen": "✔" if final_axis else ("failed" if point.get("failed") else ""),
+            })  # fmt: skip
+        if not record["complete"]:
+            lines.append(f"- {method}: search incomplete ({len(record['points'])} points so far).")
+        elif dict(committed.get(method, {})) == chosen:
+            lines.append(f"- {method}: chose {chosen}; the profile uses these values.")
+        else:
+            lines.append(f"- {method}: chose {chosen}, but the profile commits {dict(committed.get(method, {}))}: "
+                         "the main table does not use the search's choice.")  # fmt: skip
+    untuned = sorted(set(PROFILES.get(profile).tuning) - set(records)) if profile in PROFILES else []
+    if untuned:
+        lines.append(f"- not tuned yet (run at the profile's values): {', '.join(untuned)}.")
+    table = pd.DataFrame(rows).dropna(axis=1, how="all") if rows else pd.DataFrame()
+    return table, lines
+
+
 def _markdown(table: pd.DataFrame, floatfmt: str | tuple[str, ...] = ".4f") -> str:
     if table.empty:
         return "_(no results)_"
@@ -506,6 +609,8 @@ def _markdown(table: pd.DataFrame, floatfmt: str | tuple[str, ...] = ".4f") -> s
 
 def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     """Write the report files for ``profile``; return the path of report.md (None without results)."""
+    from .profiles import PROFILES
+
     frame = results_frame(results_dir, profile)
     if frame.empty:
         log.warning("no results for profile %s under %s: nothing to render", profile, results_dir)
@@ -547,17 +652,31 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         *reproduce_commands(results_dir, profile),
         "",
     ]
-    sections += ["## NDCG@10", "", _markdown(main), "", *_average_note(main)]
+    p_values = significance(results_dir, profile) if "dream" in set(main.index) else pd.DataFrame()
+    if not p_values.empty:
+        p_values.to_csv(out / "significance.csv", float_format="%.4g")
+    seeds_per_row = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main")].groupby(
+        ["method", "experiment"])["seed"].nunique()  # fmt: skip
+    sections += [
+        "## NDCG@10",
+        "",
+        "Mean over training seeds, ± the sample standard deviation where a method ran with several "
+        f"({', '.join(f'{_row_label(m, e)} {n}' for (m, e), n in seeds_per_row.items() if n > 1) or 'none yet'}). "
+        + (
+            f"{SIGNIFICANCE_LEVELS[1][1]} / {SIGNIFICANCE_LEVELS[0][1]}: DREAM differs from that row at p < 0.05 / "
+            f"p < 0.01 ({SIGNIFICANCE_TEST} over the rows compared on the dataset; per-query NDCG@10 averaged over "
+            "seeds; p-values in `significance.csv`). Averages are unmarked."
+            if not p_values.empty
+            else ""
+        ),
+        "",
+        _markdown(display_table(frame, main, p_values)),
+        "",
+        *_average_note(main),
+    ]
     seeds = seed_table(frame)
     if not seeds.empty:
-        seeds.to_csv(out / "seeds.csv")
-        sections += [
-            "Trained methods with several seeds: the table above shows the mean over seeds; per dataset "
-            "mean ± sample std (number of seeds):",
-            "",
-            seeds.to_markdown(),
-            "",
-        ]
+        seeds.to_csv(out / "seeds.csv")  # 'mean ± std (n)' per dataset, as shown in the table above
     sections += ["## Recall@100", "", _markdown(recall), "", *_average_note(recall)]
     for group in sorted(set(frame.group) - {"main"}):
         table = score_table(frame, group=group)
@@ -571,6 +690,24 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
             _markdown(training, ("",) + tuple(TRAINING_FORMATS.get(c, ".4f") for c in training.columns)),
             "",
             *learning_verdicts(training),
+        ]
+    tuning, tuning_lines = tuning_section(results_dir, profile)
+    if not tuning.empty or tuning_lines:
+        if not tuning.empty:
+            tuning.to_csv(out / "tuning.csv", index=False, float_format="%.4f")
+        sections += [
+            "## Tuning (held-out training-format instances only; `python run_all.py --tune`)",
+            "",
+            "Per trained method, a coordinate search over its declared grid (learning rate first, the same axis "
+            "for every method, then the method's own knobs), each point trained with the full budget and seed "
+            f"{PROFILES.get(profile).config.train.seed if profile in PROFILES else 0}; the chosen point has the "
+            "best held-out MRR of the target among K. The held-out numbers of the chosen points are therefore "
+            "optimistic; the evaluation sets were never used.",
+            "",
+            _markdown(tuning.set_index(["method", "#"]) if not tuning.empty else tuning, ".4g"),
+            "",
+            *tuning_lines,
+            "",
         ]
     signal = signal_table(results_dir, profile)
     if not signal.empty:
@@ -628,8 +765,6 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
             *verdicts,
             "",
         ]
-    from .profiles import PROFILES
-
     defaults = PROFILES.get(profile).config.eval.datasets if profile in PROFILES else ()
     timing = evaluation_time(frame, tuple(defaults))
     if not timing.empty:

