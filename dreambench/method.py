@@ -257,6 +257,12 @@ class TrainedDenseMethod(DenseMethod):
             "first_loss": records[0]["loss"] if records else None,
             "heldout_before": before,
             "heldout_after": candidate_ranking(self.retriever, data.heldout),
+            # the per-step curve, so the report can plot it from results alone (no cache needed)
+            "curve": {
+                key: [r.get(key) for r in records]
+                for key in ("step", "loss", "grad_norm", "lr", "tau", "gate")
+                if any(key in r for r in records)
+            },
             "instances": data.manifest["instances"],
             "query_source": data.manifest["query_source"],
             "query_generator": data.manifest["query_generator"],

@@ -466,6 +466,46 @@ def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
     return True
 
 
+def plot_training_curves(frame: pd.DataFrame, path: Path) -> bool:
+    """Per trained main-table run (every seed): training loss (10-step moving mean) and, for DREAM, τ and g
+    over the steps — from the curves stored in the results."""
+    runs = {}
+    sub = frame[(frame.metric == "ndcg_at_10") & frame.training.notna()]
+    for method, experiment, seed, training in zip(sub.method, sub.experiment, sub.seed, sub.training, strict=True):
+        curve = (training or {}).get("curve")
+        if curve and curve.get("step"):
+            runs[(_row_label(method, experiment), seed)] = curve
+    if not runs:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scalars = [k for k in ("tau", "gate") if any(c.get(k) for c in runs.values())]
+    fig, axes = plt.subplots(1, 1 + len(scalars), figsize=(5.5 * (1 + len(scalars)), 4), squeeze=False)
+    labels = sorted({row for row, _ in runs})
+    for (row, seed), curve in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        color = f"C{labels.index(row)}"
+        loss = pd.Series(curve["loss"], index=curve["step"], dtype=float)
+        axes[0][0].plot(loss.rolling(10, min_periods=1).mean(), color=color, alpha=0.8,
+                        label=f"{row} (seed {seed})")  # fmt: skip
+        for ax, key in zip(axes[0][1:], scalars, strict=True):
+            if curve.get(key):
+                ax.plot(curve["step"], curve[key], color=color, label=f"{row} (seed {seed})")
+    axes[0][0].set(title="training loss (10-step moving mean; each method's own loss)", xlabel="step",
+                   yscale="log")  # fmt: skip
+    names = {"tau": "DREAM τ (softmax temperature)", "gate": "DREAM g = σ(γ) (injection gate)"}
+    for ax, key in zip(axes[0][1:], scalars, strict=True):
+        ax.set(title=names[key], xlabel="step")
+    for ax in axes[0]:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 TRAINING_FORMATS = {"steps": "g", "train min": ".1f", "held-out instances": "g"}  # others: .4f
 
 
@@ -691,6 +731,8 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
             "",
             *learning_verdicts(training),
         ]
+        if plot_training_curves(frame, out / "training_curves.png"):
+            sections += ["", "![training curves](training_curves.png)", ""]
     tuning, tuning_lines = tuning_section(results_dir, profile)
     if not tuning.empty or tuning_lines:
         if not tuning.empty:
