@@ -13,6 +13,15 @@ Each piece is tokenised separately so the spans of every ``d_j`` (D_j), of ``q``
 are exact. The judge's weights are frozen (``requires_grad=False``): autograd then records nothing below
 the lowest layer whose attention is modified, so those layers cost a forward pass only. The judge-LoRA
 ablation adds trainable adapters instead.
+
+**Prefix cache.** The documents come first and attention is causal, and injection changes only the query
+rows: with a frozen judge, every layer's hidden states, keys and values at the positions before the query do
+not depend on the retriever. ``target_loss(..., prefix_cache=True)`` therefore runs that prefix once without
+autograd, keeping its keys and values (transformers' KV cache), and runs forward and backward over the query
+and target only, reading the cached keys and values — the injected heads' per-document partial attention
+reads the same cache. Documents are most of the judge's tokens, so the backward pass shrinks accordingly.
+The full pass stays as the reference (the tests hold the two equal in loss and in the gradient w.r.t. the
+retriever's scores) and is what the judge-LoRA ablation uses, its prefix being trainable there.
 """
 
 from __future__ import annotations
@@ -206,28 +215,57 @@ class Judge(nn.Module):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def target_loss(self, inputs: JudgeInput, plan: InjectionPlan | None = None) -> torch.Tensor:
-        """Mean next-token cross entropy over the target tokens (Eq. 10); logits on target positions only."""
-        token_losses = self.target_token_losses(inputs, plan)  # (B, Y)
+    def target_loss(
+        self, inputs: JudgeInput, plan: InjectionPlan | None = None, prefix_cache: bool = False
+    ) -> torch.Tensor:
+        """Mean next-token cross entropy over the target tokens (Eq. 10); logits on target positions only.
+        ``prefix_cache``: compute the positions before the query without autograd (frozen judge only)."""
+        token_losses = self.target_token_losses(inputs, plan, prefix_cache)  # (B, Y)
         return token_losses[inputs.target_mask].mean()
 
-    def instance_losses(self, inputs: JudgeInput, plan: InjectionPlan | None = None) -> torch.Tensor:
+    def instance_losses(
+        self, inputs: JudgeInput, plan: InjectionPlan | None = None, prefix_cache: bool = False
+    ) -> torch.Tensor:
         """Per-row mean cross entropy over that row's target tokens → (B,)."""
-        token_losses = self.target_token_losses(inputs, plan)  # (B, Y)
+        token_losses = self.target_token_losses(inputs, plan, prefix_cache)  # (B, Y)
         mask = inputs.target_mask.to(token_losses.dtype)
         return (token_losses * mask).sum(dim=1) / mask.sum(dim=1)
 
-    def target_token_losses(self, inputs: JudgeInput, plan: InjectionPlan | None = None) -> torch.Tensor:
+    def target_token_losses(
+        self, inputs: JudgeInput, plan: InjectionPlan | None = None, prefix_cache: bool = False
+    ) -> torch.Tensor:
         """Cross entropy of every target token → (B, Y), zero where ``target_mask`` is False."""
         lm = self.causal_lm
-        hidden = lm.get_decoder()(
-            input_ids=inputs.input_ids,
-            attention_mask=inputs.attention_mask,
-            use_cache=False,
-            score_injection=plan,
-        ).last_hidden_state  # (B, T, D)
+        decoder = lm.get_decoder()
+        start = 0
+        if prefix_cache:
+            if any(p.requires_grad for p in self.model.parameters()):
+                raise ValueError("the prefix cache needs a frozen judge (the judge-LoRA ablation trains its prefix)")
+            # every row's prefix: the positions before the earliest query start (all real tokens)
+            start = int(inputs.spans.query_index[:, 0].min())
+            with torch.no_grad():
+                prefix = decoder(
+                    input_ids=inputs.input_ids[:, :start],
+                    attention_mask=inputs.attention_mask[:, :start],
+                    use_cache=True,
+                )
+            hidden = decoder(
+                input_ids=inputs.input_ids[:, start:],
+                attention_mask=inputs.attention_mask,
+                past_key_values=prefix.past_key_values,
+                use_cache=True,
+                score_injection=plan.from_position(start) if plan is not None else None,
+            ).last_hidden_state  # (B, T − start, D)
+        else:
+            hidden = decoder(
+                input_ids=inputs.input_ids,
+                attention_mask=inputs.attention_mask,
+                use_cache=False,
+                score_injection=plan,
+            ).last_hidden_state  # (B, T, D)
         rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None].expand_as(inputs.target_index)
-        predicting = hidden[rows, inputs.target_index - 1]  # (B, Y, D): position t−1 predicts token t
+        # position t−1 predicts token t (padded target slots hold 0: clamped, then masked out below)
+        predicting = hidden[rows, (inputs.target_index - 1 - start).clamp(min=0)]  # (B, Y, D)
         logits = lm.get_output_embeddings()(predicting[inputs.target_mask])  # (N, V)
         labels = inputs.input_ids[rows, inputs.target_index][inputs.target_mask]  # (N,)
         losses = nn.functional.cross_entropy(logits.float(), labels, reduction="none")  # (N,)

@@ -40,6 +40,10 @@ class DreamParams:
     # with a stronger signal, reported under its own name, never the default)
     injected_rows: str = "query"
     judge_lora: bool = False  # Fig. 5: also train LoRA adapters on the judge
+    # the documents' keys/values computed once without autograd; forward + backward over the query and target
+    # only (dreambench.judge, "Prefix cache"; equal to the full pass up to float rounding). The judge-LoRA
+    # ablation always takes the full pass (its prefix trains).
+    prefix_cache: bool = True
     judge_lora_r: int = 16
     judge_lora_alpha: int = 32
     max_doc_tokens: int = 128  # per candidate inside the judge input
@@ -172,7 +176,7 @@ class Dream(TrainedDenseMethod):
             p.max_doc_tokens, p.max_query_tokens, p.max_target_tokens, judge_layout(p.layout), p.injected_rows,
         ).to(self.device)  # fmt: skip
         plan = InjectionPlan(inputs.spans, weights, self.gate, self.heads_by_layer)
-        loss = self.judge.target_loss(inputs, plan)  # Eq. 10
+        loss = self.judge.target_loss(inputs, plan, prefix_cache=p.prefix_cache and not p.judge_lora)  # Eq. 10
         target = torch.tensor(batch.target_index, device=weights.device)
         with torch.no_grad():
             p_target = weights.gather(1, target[:, None]).mean()

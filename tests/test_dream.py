@@ -172,3 +172,84 @@ def test_bad_dream_params_are_clear_errors(workspace):
         METHODS.get("dream")(apply_overrides(SMOKE, {"methods.dream.head_selection": "best"}), workspace)
     with pytest.raises(ValueError, match="tau_init"):
         METHODS.get("dream")(apply_overrides(SMOKE, {"methods.dream.tau_init": 0}), workspace)
+
+
+def _judge_case(judge, gate=0.7, seed=0):
+    """Two instances of different lengths (so the batch is padded), 3 candidates each, 4 selected heads."""
+    from dreambench.attention import InjectionPlan
+
+    queries = ["which river crosses the old town?", "who built the tower?"]
+    candidates = [
+        ["The Arno crosses Florence.", "A tower of stone stands by the sea wall.", "Bread is baked at dawn."],
+        ["Giotto designed the bell tower in 1334 for the cathedral.", "Rivers flood.", "The sea is salty."],
+    ]
+    targets = ["The Arno crosses Florence.", "Giotto designed the bell tower in 1334 for the cathedral."]
+    inputs = build_judge_inputs(judge.tokenizer, queries, candidates, targets, 32, 16, 32)
+    generator = torch.Generator().manual_seed(seed)
+    dtype = next(judge.model.parameters()).dtype
+    scores = torch.randn(2, 3, generator=generator, dtype=dtype).requires_grad_(True)
+    layers, heads = judge.num_layers, judge.num_heads
+    pairs = [(layers - 1, 0), (layers // 2, heads - 1), (layers // 2, 0), (1, heads // 2)]
+    plan = InjectionPlan(inputs.spans, torch.softmax(scores / 0.5, -1),
+                         torch.tensor(gate, dtype=dtype), InjectionPlan.heads_by_layer(pairs))  # fmt: skip
+    return inputs, scores, plan
+
+
+@pytest.mark.parametrize("gate", [0.0, 0.7, 1.0])
+def test_prefix_cached_judge_equals_the_full_pass_in_loss_and_score_gradients(gate):
+    """fp64 tiny Llama (grouped-query attention), a padded batch: equal to 1e-10."""
+    from dreambench.judge import Judge
+    from dreambench.models.backbones import load_model
+
+    model = load_model("tiny-llama", workspace=None, causal_lm=True, seed=3).double().eval()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    from dreambench.attention import use_kernel
+
+    judge = Judge(use_kernel(model), tiny_tokenizer(), "tiny-llama")
+    inputs, scores, plan = _judge_case(judge, gate)
+    full = judge.target_loss(inputs, plan)
+    (full_grad,) = torch.autograd.grad(full, scores, retain_graph=True)
+    cached = judge.target_loss(inputs, plan, prefix_cache=True)
+    (cached_grad,) = torch.autograd.grad(cached, scores)
+    assert torch.allclose(full, cached, rtol=0, atol=1e-10)
+    assert torch.allclose(full_grad, cached_grad, rtol=0, atol=1e-10)
+    if gate > 0:
+        assert full_grad.abs().max() > 1e-6  # the comparison is not between two zeros
+    # per-instance losses too (REPLUG and the signal check read them)
+    assert torch.allclose(judge.instance_losses(inputs, plan), judge.instance_losses(inputs, plan, True), atol=1e-10)
+
+
+def test_prefix_cache_refuses_a_trainable_judge():
+    from dreambench.judge import Judge
+    from dreambench.models.backbones import load_model
+
+    judge = Judge(load_model("tiny-llama", workspace=None, causal_lm=True, seed=3).eval(), tiny_tokenizer(), "t")
+    inputs, _, plan = _judge_case(judge)
+    with pytest.raises(ValueError, match="frozen judge"):
+        judge.target_loss(inputs, plan, prefix_cache=True)
+
+
+@pytest.mark.slow
+def test_prefix_cached_judge_equals_the_full_pass_on_smollm2(tmp_path):
+    """The real judge (SmolLM2-135M, fp32; the package's GGUF): equal to 1e-4 in loss and score gradients."""
+    from dreambench.judge import Judge
+    from dreambench.workspace import Workspace
+
+    judge = Judge.load("smollm2-135m-instruct", Workspace.resolve(cache_dir=_model_cache(tmp_path))).eval()
+    inputs, scores, plan = _judge_case(judge, 0.5)
+    full = judge.target_loss(inputs, plan)
+    (full_grad,) = torch.autograd.grad(full, scores, retain_graph=True)
+    cached = judge.target_loss(inputs, plan, prefix_cache=True)
+    (cached_grad,) = torch.autograd.grad(cached, scores)
+    assert abs(full.item() - cached.item()) < 1e-4
+    assert torch.allclose(full_grad, cached_grad, rtol=1e-3, atol=1e-6)
+    assert full_grad.abs().max() > 1e-6
+
+
+def _model_cache(tmp_path):
+    """The project cache when it already holds the dequantised model (seconds), else a fresh one."""
+    from dreambench.workspace import PROJECT_ROOT
+
+    models = PROJECT_ROOT / "cache"
+    return models if (models / "models").is_dir() else tmp_path / "cache"

@@ -87,6 +87,21 @@ class InjectionPlan:
     gate: torch.Tensor  # () g = σ(γ) in [0, 1]
     heads: dict[int, torch.Tensor]  # layer → (m,) selected head indices (zero-based)
 
+    def from_position(self, start: int) -> InjectionPlan:
+        """The same plan for a pass over positions ``start…`` only, reading positions ``< start`` from a KV
+        cache: query rows count from ``start`` (the rows of that pass), document positions stay absolute
+        (they index the keys, which include the cache). Needs every query token at ``start`` or later."""
+        spans = self.spans
+        shifted = spans.query_index - start
+        if bool((shifted[spans.query_mask] < 0).any()):
+            raise ValueError(f"a query token lies before position {start}: it cannot be injected from a cache")
+        return InjectionPlan(
+            SpanIndex(spans.doc_index, spans.doc_mask, shifted.clamp(min=0), spans.query_mask),
+            self.doc_weights,
+            self.gate,
+            self.heads,
+        )
+
     @staticmethod
     def heads_by_layer(
         pairs: Iterable[tuple[int, int]], device: torch.device | str = "cpu"
