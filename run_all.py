@@ -163,6 +163,29 @@ def run_signal_checks(jobs, workspace) -> None:
             )  # fmt: skip
 
 
+def run_stages(runner, jobs, workspace, profile: str, start: float) -> list:
+    """Run the plan stage by stage (main table, ablations, further seeds), re-rendering the report after
+    each run, so an interruption leaves a complete report of what has run; print progress with an ETA."""
+    from dreambench import report
+    from dreambench.runner import stage_jobs
+
+    say = logging.getLogger("run_all").info
+    stages = stage_jobs(jobs)
+    total, done, outcomes = len(jobs), 0, []
+    for number, (name, stage) in enumerate(stages, 1):
+        say("stage %d of %d: %s (%d runs)", number, len(stages), name, len(stage))
+        for job in stage:
+            outcomes += runner.run([job])
+            done += 1
+            report.render(workspace.results_dir, workspace.reports_dir, profile)
+            elapsed = time.perf_counter() - start
+            eta = elapsed / done * (total - done)
+            say("stage %d of %d (%s): %d of %d runs done, %.0f min elapsed, ETA %.0f min for the remaining %d "
+                "(a rough mean of the runs so far; cached runs take seconds)", number, len(stages), name, done,
+                total, elapsed / 60, eta / 60, total - done)  # fmt: skip
+    return outcomes
+
+
 def check(profile, workspace) -> int:
     """``--check``: every result in the committed report has the fingerprint this code would give it."""
     from dreambench import report
@@ -255,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 _split(args.methods),
                 _split(args.datasets),
                 _split(args.experiments),
-                _seeds(args.seeds),
+                _seeds(args.seeds) or list(profile.seeds) or None,
                 workspace.data_dir,
             )
             runner = Runner(workspace, overwrite=args.overwrite)
@@ -274,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     if not args.no_signal_check:
         run_signal_checks(jobs, workspace)
-    outcomes = runner.run(jobs)
+    outcomes = run_stages(runner, jobs, workspace, config.profile, start)
     path = report.render(workspace.results_dir, workspace.reports_dir, config.profile)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("computed", "cached", "skipped", "failed")}
     print(f"\n{', '.join(f'{n} {s}' for s, n in counts.items())} in {time.perf_counter() - start:.1f}s")

@@ -46,6 +46,9 @@ class Profile:
     # the method: main table, seeds and ablations alike)
     tuning: Mapping[str, Grid] = field(default_factory=dict)
     tuned: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # training seeds of the main table's trained methods in the default run (``--seeds`` overrides);
+    # empty: the config's train.seed only
+    seeds: tuple[int, ...] = ()
 
     def experiments_for(self, method: str) -> list[Experiment]:
         return [e for e in self.experiments if e.method == method]
@@ -165,6 +168,7 @@ MINI = Profile(
     + _dream_ablations(16, 8, ("wiki-desc2lead", "nano-scifact", "nano-arguana"), MINI_TUNED.get("dream", {})),
     tuning=_grids(LR_AXIS),
     tuned=MINI_TUNED,
+    seeds=(0, 1, 2),
 )
 
 PAPER = Profile(
@@ -223,6 +227,7 @@ PAPER = Profile(
     ),  # fmt: skip
     experiments=_main_experiments({}) + _dream_ablations(16, 16, ()),
     tuning=_grids(("train.lr", (3e-5, 1e-4, 3e-4))),
+    seeds=(0, 1, 2),
 )
 
 for _profile in (SMOKE, MINI, PAPER):

