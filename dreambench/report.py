@@ -90,6 +90,7 @@ def results_frame(results_dir: Path, profile: str) -> pd.DataFrame:
                     if payload.get("kind") != "lexical"
                     else "-",
                     "params": payload["config"].get("methods", {}).get(payload["method"], {}),
+                    "num_candidates": payload["config"].get("data", {}).get("num_candidates"),
                     "alignment": (payload.get("geometry") or {}).get("alignment"),
                     "uniformity": (payload.get("geometry") or {}).get("uniformity"),
                     "git": (payload.get("git") or {}).get("commit"),
@@ -462,6 +463,70 @@ def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
+    fig.savefig(path.with_suffix(".svg"))
+    plt.close(fig)
+    return True
+
+
+ABLATION_FIGURES = {  # group → (title after the paper's figure, x-axis: a numeric setting, or None for bars)
+    "ablation-head-count": ("Number of selected heads (DREAM Fig. 3)", "num_heads"),
+    "ablation-head-selection": ("Selected vs random heads (DREAM Fig. 2)", None),
+    "ablation-candidates": ("Number of candidates K (DREAM Fig. 6)", "num_candidates"),
+    "ablation-judge": ("Frozen judge vs judge LoRA (DREAM Fig. 5)", None),
+    "variant-injected-rows": ("Injected rows: query (paper) vs query + target (variant)", None),
+}
+
+
+def _ablation_x(frame: pd.DataFrame, setting: str) -> pd.Series:
+    if setting == "num_candidates":
+        return frame["num_candidates"]
+    from methods.dream import DreamParams
+
+    default = getattr(DreamParams(), setting)
+    return frame["params"].map(lambda p: (p or {}).get(setting, default))
+
+
+def plot_ablation(frame: pd.DataFrame, group: str, path: Path) -> bool:
+    """One figure per ablation, in the layout of the paper's: NDCG@10 per dataset (and their mean) against a
+    numeric setting (lines), or per configuration (grouped bars); the default configuration included."""
+    table = score_table(frame, group=group)
+    if table.empty or len(table) < 2:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = [c for c in table.columns if not c.startswith("avg ")]
+    title, setting = ABLATION_FIGURES.get(group, (group, None))
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    if setting is not None:
+        sub = frame[(frame.metric == "ndcg_at_10") & frame.method.eq("dream")]
+        sub = sub[(sub.group == group) | ((sub.group == "main") & (sub.experiment == "default"))]
+        sub = sub[sub.dataset.isin(datasets)].assign(x=lambda f: _ablation_x(f, setting))
+        pivot = sub.pivot_table(index="x", columns="dataset", values="value", aggfunc="mean").sort_index()
+        for i, dataset in enumerate(datasets):
+            if dataset in pivot:
+                ax.plot(pivot.index, pivot[dataset], marker="o", color=f"C{i}", label=dataset)
+        complete = pivot[datasets].dropna() if set(datasets) <= set(pivot.columns) else pd.DataFrame()
+        if not complete.empty:
+            ax.plot(complete.index, complete.mean(axis=1), marker="s", color="black", lw=2, label="mean")
+        if setting == "num_heads":
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(list(pivot.index), [f"{v:g}" for v in pivot.index])
+        ax.set_xlabel(setting.replace("_", " "))
+    else:
+        width = 0.8 / len(table.index)
+        for i, row in enumerate(table.index):
+            positions = [j + i * width for j in range(len(datasets))]
+            ax.bar(positions, table.loc[row, datasets], width, label=row, color=f"C{i}")
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(datasets))], datasets, rotation=15)
+    ax.set_ylabel("NDCG@10")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    fig.savefig(path.with_suffix(".svg"))
     plt.close(fig)
     return True
 
@@ -502,6 +567,7 @@ def plot_training_curves(frame: pd.DataFrame, path: Path) -> bool:
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    fig.savefig(path.with_suffix(".svg"))
     plt.close(fig)
     return True
 
@@ -675,6 +741,71 @@ def not_yet_run(results_dir: Path, profile: str) -> tuple[list[str], list[str]]:
     return lines, main_rows
 
 
+HTML_STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.85em; display: block; overflow-x: auto; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; white-space: nowrap; }
+th { background: #f0f0f0; cursor: pointer; position: sticky; top: 0; }
+th:first-child, td:first-child { text-align: left; }
+th.sorted-asc::after { content: " ▲"; } th.sorted-desc::after { content: " ▼"; }
+code { background: #f6f6f6; padding: 0 0.2em; } pre { background: #f6f6f6; padding: 0.5em; overflow-x: auto; }
+img { max-width: 100%; }
+"""
+
+# click a column header to sort its table (numbers by value: a cell's leading number, '–' last)
+HTML_SORT = """
+document.querySelectorAll("table").forEach(function (table) {
+  table.querySelectorAll("th").forEach(function (th, col) {
+    th.addEventListener("click", function () {
+      var body = table.tBodies[0], rows = Array.from(body.rows);
+      var desc = !th.classList.contains("sorted-desc");
+      table.querySelectorAll("th").forEach(function (h) { h.classList.remove("sorted-asc", "sorted-desc"); });
+      th.classList.add(desc ? "sorted-desc" : "sorted-asc");
+      function key(row) {
+        var text = (row.cells[col] || {}).textContent || "", n = parseFloat(text);
+        return isNaN(n) ? text : n;
+      }
+      rows.sort(function (a, b) {
+        var x = key(a), y = key(b);
+        if (typeof x !== typeof y) { return typeof x === "number" ? -1 : 1; }
+        var order = x < y ? -1 : x > y ? 1 : 0;
+        return desc ? -order : order;
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+    });
+  });
+});
+"""
+
+
+def render_html(report_md: Path) -> Path:
+    """``index.html`` beside ``report.md``: the same content, figures embedded (one self-contained file),
+    every table sortable by clicking a column header."""
+    import base64
+    import re
+
+    import markdown
+
+    body = markdown.markdown(report_md.read_text(encoding="utf-8"), extensions=["tables", "fenced_code"])
+
+    def embed(match: re.Match) -> str:
+        path = report_md.parent / match.group(1)
+        if not path.is_file():
+            return match.group(0)
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        return f'src="data:image/png;base64,{data}"'
+
+    body = re.sub(r'src="([^"/:]+\.png)"', embed, body)
+    title = report_md.read_text(encoding="utf-8").splitlines()[0].lstrip("# ").strip()
+    page = (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{title}</title>\n'
+        f"<style>{HTML_STYLE}</style>\n</head>\n<body>\n{body}\n<script>{HTML_SORT}</script>\n</body>\n</html>\n"
+    )
+    target = report_md.parent / "index.html"
+    target.write_text(page, encoding="utf-8")
+    return target
+
+
 def _markdown(table: pd.DataFrame, floatfmt: str | tuple[str, ...] = ".4f") -> str:
     if table.empty:
         return "_(no results)_"
@@ -760,6 +891,11 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     for group in sorted(set(frame.group) - {"main"}):
         table = score_table(frame, group=group)
         sections += [f"## Ablation: {group} (NDCG@10)", "", _markdown(table), "", *_average_note(table)]
+        table.to_csv(out / f"{group}.csv", float_format="%.4f")
+        if not table.empty:
+            table.to_latex(out / f"{group}.tex", float_format="%.4f")
+        if plot_ablation(frame, group, out / f"{group}.png"):
+            sections += [f"![{group}]({group}.png)", ""]
     training = training_table(frame)
     if not training.empty:
         training.to_csv(out / "training.csv", float_format="%.4f")
@@ -874,4 +1010,5 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     ]
     report = out / "report.md"
     report.write_text("\n".join(sections))
+    render_html(report)
     return report

@@ -1,6 +1,7 @@
 """The committed reports are what the committed code produces: ``run_all.py --check`` recomputes the
 fingerprint of every result they show (the full-corpus rows need the shared BEIR folders)."""
 
+import pandas as pd
 import pytest
 from conftest import SHARED_DATASETS
 
@@ -37,3 +38,42 @@ def test_check_fails_for_a_report_from_other_settings(workspace, capsys, tmp_pat
             "--data-dir", str(workspace.data_dir), "--cache-dir", str(workspace.cache_dir)]  # fmt: skip
     assert run_all.main(args) == 1
     assert "computed by other code or settings (fingerprint 000000000000" in capsys.readouterr().err
+
+
+def _ablation_frame():
+    rows = []
+    for dataset, base in (("wiki-desc2lead", 0.5), ("nano-scifact", 0.3)):
+        for experiment, group, heads, k in (
+            ("default", "main", 16, 8), ("heads-top1", "ablation-head-count", 1, 8),
+            ("heads-top4", "ablation-head-count", 4, 8), ("heads-random", "ablation-head-selection", 16, 8),
+            ("candidates-4", "ablation-candidates", 16, 4),
+        ):  # fmt: skip
+            rows.append({"method": "dream", "experiment": experiment, "group": group, "dataset": dataset,
+                         "metric": "ndcg_at_10", "value": base + heads / 100 + k / 1000, "seed": 0,
+                         "params": {"num_heads": heads}, "num_candidates": k})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("group", ["ablation-head-count", "ablation-head-selection", "ablation-candidates"])
+def test_every_ablation_gets_a_figure_with_the_default_as_reference(tmp_path, group):
+    from dreambench.report import _ablation_x, plot_ablation, score_table
+
+    frame = _ablation_frame()
+    table = score_table(frame, group=group)
+    assert "dream" in table.index  # the default configuration is every ablation's reference row
+    assert plot_ablation(frame, group, tmp_path / "fig.png")
+    assert (tmp_path / "fig.png").stat().st_size > 1000 and (tmp_path / "fig.svg").is_file()
+    xs = sorted(set(_ablation_x(frame[frame.group.isin([group, "main"])], "num_heads")))
+    assert xs[-1] == 16
+
+
+def test_index_html_is_self_contained_with_every_table_and_figure(tmp_path):
+    from dreambench.report import render_html
+
+    (tmp_path / "fig.png").write_bytes(b"\x89PNG\r\n\x1a\nfake")
+    md = tmp_path / "report.md"
+    md.write_text("# dreambench report\n\n| a | b |\n|:--|--:|\n| x | 1 |\n\n![f](fig.png)\n")
+    html = render_html(md).read_text()
+    assert "<table>" in html and ">x</td>" in html
+    assert 'src="data:image/png;base64,' in html and "fig.png" not in html
+    assert "addEventListener" in html  # sortable tables
