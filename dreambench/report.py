@@ -447,6 +447,7 @@ def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "dreambench"  # stable element ids: a re-render is byte-identical
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
@@ -463,7 +464,7 @@ def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
-    fig.savefig(path.with_suffix(".svg"))
+    fig.savefig(path.with_suffix(".svg"), metadata={"Date": None})  # no timestamp: byte-stable
     plt.close(fig)
     return True
 
@@ -495,6 +496,7 @@ def plot_ablation(frame: pd.DataFrame, group: str, path: Path) -> bool:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "dreambench"  # stable element ids: a re-render is byte-identical
     import matplotlib.pyplot as plt
 
     datasets = [c for c in table.columns if not c.startswith("avg ")]
@@ -526,7 +528,7 @@ def plot_ablation(frame: pd.DataFrame, group: str, path: Path) -> bool:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    fig.savefig(path.with_suffix(".svg"))
+    fig.savefig(path.with_suffix(".svg"), metadata={"Date": None})  # no timestamp: byte-stable
     plt.close(fig)
     return True
 
@@ -545,6 +547,7 @@ def plot_training_curves(frame: pd.DataFrame, path: Path) -> bool:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "dreambench"  # stable element ids: a re-render is byte-identical
     import matplotlib.pyplot as plt
 
     scalars = [k for k in ("tau", "gate") if any(c.get(k) for c in runs.values())]
@@ -567,7 +570,7 @@ def plot_training_curves(frame: pd.DataFrame, path: Path) -> bool:
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    fig.savefig(path.with_suffix(".svg"))
+    fig.savefig(path.with_suffix(".svg"), metadata={"Date": None})  # no timestamp: byte-stable
     plt.close(fig)
     return True
 
