@@ -406,3 +406,12 @@ def test_two_concurrent_runs_share_the_work_and_never_corrupt_a_result(tiny_data
     assert statuses == ["(cached)", "(computed)"]  # one computed it, the other waited and reused it
     result = json.loads((workspace.results_dir / "mini" / "bm25" / "default" / "scifact.json").read_text())
     assert result["scores"]["ndcg_at_10"] > 0
+
+
+def test_paper_profile_dry_run_works_offline(workspace, capsys):
+    """The paper matrix plans without its (downloaded) training source or datasets: nothing is fetched."""
+    args = ["--data-dir", str(workspace.data_dir), "--results-dir", str(workspace.results_dir),
+            "--cache-dir", str(workspace.cache_dir), "--reports-dir", str(workspace.reports_dir)]  # fmt: skip
+    assert run_all.main(["--profile", "paper", "--dry-run", *args]) == 0
+    out = capsys.readouterr().out
+    assert "dream/heads-random" in out and "(trains first: 1500 steps)" in out

@@ -282,12 +282,16 @@ def load_training_data(config: RunConfig, workspace: Workspace) -> TrainingData:
     )
 
 
+LOCAL_SOURCES = ("wiki-offline", "synthetic")  # installed with the package: read in seconds, offline
+
+
 def check_candidate_pools(config: RunConfig, workspace: Workspace) -> None:
     """Fail before any work when K exceeds what the training or held-out pool can supply (distinct chunk
-    texts); cheap (no model, no index). Nothing to check once the data is built."""
+    texts); cheap (no model, no index). Nothing to check once the data is built, nor for a source that
+    must be downloaded (its build checks the same, before generating any query)."""
     data = config.data
     folder = workspace.cache_dir / "training-data" / f"{data.source}-{data_fingerprint(data)}"
-    if (folder / "manifest.json").is_file():
+    if (folder / "manifest.json").is_file() or data.source not in LOCAL_SOURCES:
         return
     _, heldout_articles, training_articles = split_articles(load_articles(data.source), data)
     for name, articles in (("training", training_articles), ("held-out", heldout_articles)):
