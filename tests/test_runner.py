@@ -414,4 +414,4 @@ def test_paper_profile_dry_run_works_offline(workspace, capsys):
             "--cache-dir", str(workspace.cache_dir), "--reports-dir", str(workspace.reports_dir)]  # fmt: skip
     assert run_all.main(["--profile", "paper", "--dry-run", *args]) == 0
     out = capsys.readouterr().out
-    assert "dream/heads-random" in out and "(trains first: 1500 steps)" in out
+    assert "dream/heads-random:" in out and "offline, so not downloaded" in out
