@@ -10,6 +10,7 @@ import pytest
 import run_all
 from dreambench.config import EvalConfig, RunConfig
 from dreambench.method import METHODS, LexicalMethod, register_method
+from dreambench.profiles import PROFILES as PROFILES_
 from dreambench.profiles import Experiment, Profile
 from dreambench.report import _average_note, _markdown, render, score_table
 from dreambench.results import ResultKey, read_run_file
@@ -415,3 +416,21 @@ def test_paper_profile_dry_run_works_offline(workspace, capsys):
     assert run_all.main(["--profile", "paper", "--dry-run", *args]) == 0
     out = capsys.readouterr().out
     assert "dream/heads-random:" in out and "offline, so not downloaded" in out
+
+
+def test_the_plan_runs_main_table_first_then_ablations_then_further_seeds():
+    from dreambench.runner import stage_jobs
+
+    mini = PROFILES_.get("mini")
+    jobs = plan_jobs(mini, mini.config, seeds=list(mini.seeds))
+    stages = stage_jobs(jobs)
+    assert [name for name, _ in stages] == ["main table", "ablations", "further seeds"]
+    main, ablations, seeds = (stage for _, stage in stages)
+    assert {j.experiment.method for j in main} == {"bm25", "untrained", "infonce", "replug", "revela", "dream"}
+    assert all(j.experiment.name == "default" for j in main)
+    assert all(j.experiment.group != "main" for j in ablations) and len(ablations) == 11
+    # further seeds: the trained main-table methods only (ablations keep the profile's seed)
+    assert sorted(j.experiment.name for j in seeds if j.experiment.method == "dream") == [
+        "default@seed1", "default@seed2"]  # fmt: skip
+    assert {j.experiment.method for j in seeds} == {"infonce", "replug", "revela", "dream"}
+    assert len(main) + len(ablations) + len(seeds) == len(jobs)
