@@ -143,3 +143,82 @@ def test_inbatch_forward_backward(benchmark, impl, device):
             torch.cuda.synchronize()
 
     benchmark(step)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the sweep: fused kernel vs eager (full T×T matrix) vs stock SDPA, over lengths and selected heads, at the
+# attention shapes of SmolLM2-135M and Llama-3.1-8B (random weights, one layer, forward + backward)
+
+SWEEP_SHAPES = {"smollm2-135m": (9, 3, 64), "llama-3.1-8b": (32, 8, 128)}  # heads, KV heads, head dim
+SWEEP_LENGTHS = (512, 1024, 2048, 4096, 8192)
+SWEEP_HEADS = (1, 4, 16, 64)
+SWEEP_DOCS = 16  # K candidates filling the sequence before a 32-token query and a 64-token target
+EAGER_LIMIT_BYTES = 4 << 30  # eager needs several copies of the (H, T, T) matrix: skip it beyond this
+
+
+def _sweep_cases():
+    import os
+
+    full = os.environ.get("DREAMBENCH_BENCH_FULL") == "1" or torch.cuda.is_available()
+    for shape, (heads, _, _) in SWEEP_SHAPES.items():
+        for length in SWEEP_LENGTHS if full else SWEEP_LENGTHS[:3]:
+            for selected in sorted({min(n, heads) for n in SWEEP_HEADS}):
+                for impl in ("kernel", "eager", "sdpa"):
+                    if impl == "sdpa" and selected != min(SWEEP_HEADS):
+                        continue  # stock attention does not depend on the selected heads
+                    yield pytest.param(shape, length, selected, impl, id=f"{shape}-T{length}-h{selected}-{impl}")
+
+
+def _sweep_layout(length: int):
+    doc_len = (length - 32 - 64 - 8) // SWEEP_DOCS
+    doc_spans = [(4 + j * doc_len, 4 + (j + 1) * doc_len - 1) for j in range(SWEEP_DOCS)]
+    query_start = 4 + SWEEP_DOCS * doc_len + 2
+    return doc_spans, (query_start, query_start + 32)
+
+
+@pytest.mark.parametrize(("shape", "length", "selected", "impl"), list(_sweep_cases()))
+def test_attention_sweep(benchmark, shape, length, selected, impl):
+    from dreambench.attention import eager_attention
+
+    heads, kv_heads, dim = SWEEP_SHAPES[shape]
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if impl == "eager" and 4 * heads * length * length * 4 > EAGER_LIMIT_BYTES and device.type == "cpu":
+        pytest.skip("eager's T×T matrices exceed the memory budget at this length on CPU")
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def rand(*size):
+        return torch.randn(*size, generator=gen, device=device, dtype=dtype).requires_grad_()
+
+    q, k, v = rand(1, heads, length, dim), rand(1, kv_heads, length, dim), rand(1, kv_heads, length, dim)
+    logits = torch.randn(1, SWEEP_DOCS, generator=gen, device=device, requires_grad=True)
+    doc_spans, query_span = _sweep_layout(length)
+    spans = SpanIndex.from_spans([doc_spans], [query_span], device)
+    chosen = torch.arange(selected, device=device)
+    module = SimpleNamespace(layer_idx=0, num_key_value_groups=heads // kv_heads, is_causal=True, training=False)
+
+    def step():
+        plan = InjectionPlan(spans, logits.softmax(-1), torch.tensor(0.5, device=device), {0: chosen})
+        if impl == "kernel":
+            out, _ = dreambench_attention(module, q, k, v, None, scaling=dim**-0.5, score_injection=plan)
+        elif impl == "eager":
+            out = eager_attention(q, k, v, None, dim**-0.5, plan, layer=0)
+        else:
+            out, _ = dreambench_attention(module, q, k, v, None, scaling=dim**-0.5)
+        out.float().sum().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    from dreambench.workspace import peak_rss_mb, reset_peak_rss
+
+    step()  # warm-up
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    measured = reset_peak_rss()
+    benchmark.pedantic(step, rounds=3, warmup_rounds=0)
+    benchmark.extra_info.update({"shape": shape, "length": length, "selected_heads": selected, "impl": impl,
+                                 "device": device.type})  # fmt: skip
+    if device.type == "cuda":
+        benchmark.extra_info["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    elif measured:
+        benchmark.extra_info["peak_mb"] = peak_rss_mb()  # the whole process's resident peak

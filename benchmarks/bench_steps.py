@@ -18,25 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from dreambench.workspace import peak_rss_mb, reset_peak_rss
+
 STEP_INSTANCES = 4
-
-
-def _reset_peak_rss() -> bool:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # resets the peak resident set size (Linux)
-        return True
-    except OSError:
-        return False
-
-
-def _peak_rss_mb() -> float | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -96,14 +80,14 @@ def _run_step(benchmark, method, mini, rounds: int = 3):
         tokens.append(total)
 
     step()  # warm-up (first-call allocations), outside the peak-memory window
-    measured = _reset_peak_rss()
+    measured = reset_peak_rss()
     benchmark.pedantic(step, rounds=rounds, warmup_rounds=0)
     benchmark.extra_info.update(
         {
             "instances_per_step": STEP_INSTANCES,
             "tokens_per_step": tokens[-1],
             "tokens_per_s": tokens[-1] / benchmark.stats.stats.median,
-            "peak_rss_mb": _peak_rss_mb() if measured else None,
+            "peak_rss_mb": peak_rss_mb() if measured else None,
             "precision": str(dtype or "fp32"),
         }
     )

@@ -174,3 +174,23 @@ def internet_available(host: str = "huggingface.co", port: int = 443, timeout: f
             return True
     except OSError:
         return False
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak resident memory (Linux; benchmarks read it back with :func:`peak_rss_mb`)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb() -> float | None:
+    """Peak resident memory of this process since start or the last :func:`reset_peak_rss` (MiB; Linux)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None

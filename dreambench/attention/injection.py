@@ -256,6 +256,47 @@ def query_attention_mass(
 
 
 # ----------------------------------------------------------------------------------------------------------
+# eager: Eq. 7–9 vectorised on the full T×T attention matrix (what an implementation without the fused
+# path pays: the speed benchmarks' baseline; the tests hold it equal to the reference below)
+
+
+def eager_attention(
+    query: torch.Tensor,  # (B, H, T, D)
+    key: torch.Tensor,  # (B, KVH, T, D)
+    value: torch.Tensor,  # (B, KVH, T, D)
+    attention_mask: torch.Tensor | None,  # (B, 1, T, T) bool, True = visible; None = causal
+    scaling: float,
+    plan: InjectionPlan | None,
+    layer: int,
+) -> torch.Tensor:
+    """Eager attention with DREAM's injection, materialising α (B, H, T, T) → (B, T, H, D)."""
+    batch, heads, length, _ = query.shape
+    n_rep = heads // key.shape[1]
+    k = key.repeat_interleave(n_rep, dim=1)
+    v = value.repeat_interleave(n_rep, dim=1)
+    causal = torch.ones(length, length, dtype=torch.bool, device=query.device).tril()
+    allowed = causal if attention_mask is None else attention_mask & causal
+    scores = (query @ k.transpose(-1, -2)) * scaling
+    alpha = torch.softmax(_at_least_fp32(scores).masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)
+    if plan is not None and layer in plan.heads:
+        spans = plan.spans
+        selected = plan.heads[layer]
+        membership = torch.zeros((batch, spans.num_docs, length), dtype=alpha.dtype, device=query.device)
+        membership.scatter_add_(2, spans.doc_index, spans.doc_mask.to(alpha.dtype))  # (B, K, T)
+        sub = alpha[:, selected]  # (B, m, T, T)
+        mass = torch.einsum("bmat,bkt->bmak", sub, membership)  # (B, m, T, K): α mass on each document
+        share = plan.doc_weights.to(alpha.dtype)[:, None, None, :] / mass.clamp_min(torch.finfo(alpha.dtype).tiny)
+        share = share.masked_fill(mass == 0, 0.0)  # a document with no visible mass contributes nothing
+        retrieved = sub * torch.einsum("bmak,bkt->bmat", share, membership)  # α^R (Eq. 7–8)
+        rows = torch.zeros((batch, length), dtype=torch.bool, device=query.device)
+        rows.scatter_(1, spans.query_index, spans.query_mask)  # the query rows
+        gate = plan.gate.to(alpha.dtype)
+        mixed = torch.where(rows[:, None, :, None], (1 - gate) * sub + gate * retrieved, sub)  # Eq. 9
+        alpha = alpha.index_copy(1, selected, mixed)
+    return (alpha.to(v.dtype) @ v).transpose(1, 2)
+
+
+# ----------------------------------------------------------------------------------------------------------
 # the plain reference (tests only): Eq. 7–9 written out on the full attention matrix
 
 

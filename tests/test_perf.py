@@ -1,0 +1,38 @@
+"""reports/performance.md: ratios within one benchmark run, targets met or not, the sweep table and plot."""
+
+import json
+
+from dreambench.perf import render
+
+
+def _bench(name, median, **extra):
+    return {"name": name, "stats": {"median": median, "min": median, "max": median, "rounds": 3}, "extra_info": extra}
+
+
+def test_performance_report_computes_the_target_ratios_within_one_run(tmp_path):
+    sweep = [_bench(f"test_attention_sweep[s-T{t}-h{h}-{impl}]", t / 1000 * f, shape="smollm2-135m", length=t,
+                    selected_heads=h, impl=impl)
+             for t in (512, 1024) for h in (1, 9) for impl, f in (("kernel", 1.0), ("eager", 4.0), ("sdpa", 0.5))
+             if not (impl == "sdpa" and h == 9)]  # fmt: skip
+    payload = {
+        "machine_info": {"cpu": {"brand_raw": "Test CPU", "count": 2}, "python_version": "3.11"},
+        "commit_info": {"id": "abc"}, "datetime": "now",
+        "benchmarks": [
+            _bench("test_step_infonce", 4.0, tokens_per_s=400.0),
+            _bench("test_step_dream[prefix-cached]", 5.0),
+            _bench("test_step_dream[full-pass]", 10.0),
+            _bench("test_encode", 1.0, tokens_per_s=1000.0),
+            _bench("test_judge_step[forward_backward]", 2.0),
+            _bench("test_judge_step[dream]", 2.4),
+            *sweep,
+        ],
+    }  # fmt: skip
+    (tmp_path / "b.json").write_text(json.dumps(payload))
+    text = render(tmp_path / "b.json", tmp_path / "performance.md").read_text()
+    assert "Test CPU, 2 logical cores" in text
+    assert "| DREAM training step / InfoNCE step | 1.25× | at most 1.3× | yes |" in text
+    assert "| judge forward+backward with injection / without | 1.20× | at most 1.1× | **no** |" in text
+    assert "| retriever training tokens/s / encoding tokens/s | 0.40× | at least 0.3× | yes |" in text
+    assert "| DREAM step, full pass / prefix-cached | 2.00× |" in text
+    assert "| Revela step / InfoNCE step | not measured |" in text
+    assert "eager / kernel" in text and (tmp_path / "performance_sweep.png").is_file()
