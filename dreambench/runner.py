@@ -305,6 +305,7 @@ class Runner:
     def __init__(self, workspace: Workspace, overwrite: bool = False):
         self.workspace = workspace
         self.overwrite = overwrite
+        self._warned: set[str] = set()
 
     def _pending(
         self, job: Job, method: Method | None
@@ -315,7 +316,9 @@ class Runner:
             try:
                 signature = dataset_signature(name, self.workspace, job.config)
             except DatasetUnavailable as exc:
-                log.warning("%s", exc)
+                if name not in self._warned:  # once per dataset, not once per experiment
+                    log.warning("%s", exc)
+                    self._warned.add(name)
                 outcomes.append(Outcome(key, "skipped", str(exc)))
                 continue
             except DatasetFormatError as exc:

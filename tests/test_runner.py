@@ -418,7 +418,7 @@ def test_paper_profile_dry_run_works_offline(workspace, capsys):
     assert "dream/heads-random:" in out and "offline, so not downloaded" in out
     # DREAM Table 1's three retriever backbones, with what each trained job needs
     assert "infonce/llama-3.2-3b:" in out and "dream/llama-3.2-1b:" in out and "bm25/llama" not in out
-    assert "accelerator memory" in out and "downloads meta-llama/Llama-3.1-8B-Instruct" in out
+    assert "accelerator memory" in out and "meta-llama/Llama-3.1-8B-Instruct (~16.1 GB)" in out
 
 
 def test_the_plan_runs_main_table_first_then_ablations_then_further_seeds():
