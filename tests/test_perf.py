@@ -2,7 +2,7 @@
 
 import json
 
-from dreambench.perf import render
+from dreambench.report import render_performance as render
 
 
 def _bench(name, median, **extra):
