@@ -828,6 +828,7 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     pending, pending_rows = not_yet_run(results_dir, profile)
     main = score_table(frame, "ndcg_at_10", group="main")
     recall = score_table(frame, "recall_at_100", group="main")
+    main_note, recall_note = _average_note(main), _average_note(recall)  # over the rows that have results
     if pending_rows:  # planned methods with no result yet appear as rows of missing cells
         rows = list(main.index) + [r for r in pending_rows if r not in main.index]
         main, recall = main.reindex(rows), recall.reindex(rows)
@@ -885,12 +886,12 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         "",
         _markdown(display_table(frame, main, p_values)),
         "",
-        *_average_note(main),
+        *main_note,
     ]
     seeds = seed_table(frame)
     if not seeds.empty:
         seeds.to_csv(out / "seeds.csv")  # 'mean ± std (n)' per dataset, as shown in the table above
-    sections += ["## Recall@100", "", _markdown(recall), "", *_average_note(recall)]
+    sections += ["## Recall@100", "", _markdown(recall), "", *recall_note]
     for group in sorted(set(frame.group) - {"main"}):
         table = score_table(frame, group=group)
         sections += [f"## Ablation: {group} (NDCG@10)", "", _markdown(table), "", *_average_note(table)]
@@ -924,8 +925,7 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
             "best held-out MRR of the target among K. The held-out numbers of the chosen points are therefore "
             "optimistic; the evaluation sets were never used.",
             "",
-            _markdown(tuning.set_index(["method", "#"]) if not tuning.empty else tuning, ".4g"),
-            "",
+            *([_markdown(tuning.set_index(["method", "#"]), ".4g"), ""] if not tuning.empty else []),
             *tuning_lines,
             "",
         ]
