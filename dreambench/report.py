@@ -61,6 +61,26 @@ PAPER_METHOD_NAMES = {
 }
 
 
+def _pyplot():
+    """matplotlib's pyplot, headless, with stable SVG element ids (a re-render is byte-identical)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "dreambench"
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path, dpi: int) -> None:
+    """PNG and SVG (no timestamp) of ``fig`` at ``path``, then close it."""
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=dpi)
+    fig.savefig(path.with_suffix(".svg"), metadata={"Date": None})
+    plt.close(fig)
+
+
 def find_paper_reference() -> Path | None:
     for candidate in (PROJECT_ROOT.parent / "shared" / "reference", PROJECT_ROOT / "reference"):
         if (candidate / PAPER_REFERENCE_CSV).is_file():
@@ -444,11 +464,7 @@ def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
     sub = _geometry_rows(frame)
     if sub.empty:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    matplotlib.rcParams["svg.hashsalt"] = "dreambench"  # stable element ids: a re-render is byte-identical
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for i, label in enumerate(sorted(set(sub.row))):
@@ -463,9 +479,7 @@ def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
     ax.set_title("Embedding geometry (small: per dataset; large: mean)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    fig.savefig(path.with_suffix(".svg"), metadata={"Date": None})  # no timestamp: byte-stable
-    plt.close(fig)
+    _save(fig, path, dpi=130)
     return True
 
 
@@ -493,11 +507,7 @@ def plot_ablation(frame: pd.DataFrame, group: str, path: Path) -> bool:
     table = score_table(frame, group=group)
     if table.empty or len(table) < 2:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    matplotlib.rcParams["svg.hashsalt"] = "dreambench"  # stable element ids: a re-render is byte-identical
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     datasets = [c for c in table.columns if not c.startswith("avg ")]
     title, setting = ABLATION_FIGURES.get(group, (group, None))
@@ -527,9 +537,7 @@ def plot_ablation(frame: pd.DataFrame, group: str, path: Path) -> bool:
     ax.set_title(title)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    fig.savefig(path.with_suffix(".svg"), metadata={"Date": None})  # no timestamp: byte-stable
-    plt.close(fig)
+    _save(fig, path, dpi=110)
     return True
 
 
@@ -544,11 +552,7 @@ def plot_training_curves(frame: pd.DataFrame, path: Path) -> bool:
             runs[(_row_label(method, experiment), seed)] = curve
     if not runs:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    matplotlib.rcParams["svg.hashsalt"] = "dreambench"  # stable element ids: a re-render is byte-identical
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     scalars = [k for k in ("tau", "gate") if any(c.get(k) for c in runs.values())]
     fig, axes = plt.subplots(1, 1 + len(scalars), figsize=(5.5 * (1 + len(scalars)), 4), squeeze=False)
@@ -569,9 +573,7 @@ def plot_training_curves(frame: pd.DataFrame, path: Path) -> bool:
     for ax in axes[0]:
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    fig.savefig(path.with_suffix(".svg"), metadata={"Date": None})  # no timestamp: byte-stable
-    plt.close(fig)
+    _save(fig, path, dpi=110)
     return True
 
 
@@ -1072,11 +1074,7 @@ def performance_sweep(rows: dict[str, dict[str, Any]]) -> pd.DataFrame:
 def plot_sweep(table: pd.DataFrame, path: Path) -> bool:
     if table.empty:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    matplotlib.rcParams["svg.hashsalt"] = "dreambench"
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     shapes = sorted({s for s, _, _ in table.index})
     fig, axes = plt.subplots(1, len(shapes), figsize=(6 * len(shapes), 4), squeeze=False)
@@ -1092,9 +1090,7 @@ def plot_sweep(table: pd.DataFrame, path: Path) -> bool:
         ax.set_xticks(sorted({t for t, _ in sub.index}), [str(t) for t in sorted({t for t, _ in sub.index})])
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    fig.savefig(path.with_suffix(".svg"), metadata={"Date": None})
-    plt.close(fig)
+    _save(fig, path, dpi=110)
     return True
 
 

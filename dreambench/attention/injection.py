@@ -260,6 +260,22 @@ def query_attention_mass(
 # path pays: the speed benchmarks' baseline; the tests hold it equal to the reference below)
 
 
+def _full_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None, scaling: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The stock causal attention matrix α (B, H, T, T), softmax in at least fp32, and the values repeated to
+    every query head (B, H, T, D): the common start of the eager and reference implementations."""
+    heads, length = query.shape[1], query.shape[2]
+    n_rep = heads // key.shape[1]
+    k = key.repeat_interleave(n_rep, dim=1)
+    v = value.repeat_interleave(n_rep, dim=1)
+    causal = torch.ones(length, length, dtype=torch.bool, device=query.device).tril()
+    allowed = causal if attention_mask is None else attention_mask & causal
+    scores = (query @ k.transpose(-1, -2)) * scaling
+    alpha = torch.softmax(_at_least_fp32(scores).masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)
+    return alpha, v
+
+
 def eager_attention(
     query: torch.Tensor,  # (B, H, T, D)
     key: torch.Tensor,  # (B, KVH, T, D)
@@ -270,14 +286,8 @@ def eager_attention(
     layer: int,
 ) -> torch.Tensor:
     """Eager attention with DREAM's injection, materialising α (B, H, T, T) → (B, T, H, D)."""
-    batch, heads, length, _ = query.shape
-    n_rep = heads // key.shape[1]
-    k = key.repeat_interleave(n_rep, dim=1)
-    v = value.repeat_interleave(n_rep, dim=1)
-    causal = torch.ones(length, length, dtype=torch.bool, device=query.device).tril()
-    allowed = causal if attention_mask is None else attention_mask & causal
-    scores = (query @ k.transpose(-1, -2)) * scaling
-    alpha = torch.softmax(_at_least_fp32(scores).masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)
+    batch, _, length, _ = query.shape
+    alpha, v = _full_attention(query, key, value, attention_mask, scaling)
     if plan is not None and layer in plan.heads:
         spans = plan.spans
         selected = plan.heads[layer]
@@ -310,14 +320,8 @@ def reference_attention(
     layer: int,
 ) -> torch.Tensor:
     """Eager attention with DREAM's injection on the full T×T matrix → (B, T, H, D)."""
-    batch, heads, length, _ = query.shape
-    n_rep = heads // key.shape[1]
-    k = key.repeat_interleave(n_rep, dim=1)
-    v = value.repeat_interleave(n_rep, dim=1)
-    scores = (query @ k.transpose(-1, -2)) * scaling  # (B, H, T, T)
-    causal = torch.ones(length, length, dtype=torch.bool, device=query.device).tril()
-    allowed = causal if attention_mask is None else attention_mask & causal
-    alpha = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)  # α
+    batch = query.shape[0]
+    alpha, v = _full_attention(query, key, value, attention_mask, scaling)  # α (B, H, T, T)
     if plan is not None and layer in plan.heads:
         mixed = alpha.clone()
         spans, g = plan.spans, plan.gate
@@ -337,4 +341,4 @@ def reference_attention(
                             )  # Eq. 7–8
                     mixed[b, h, a] = (1 - g) * original + g * retrieved  # Eq. 9
         alpha = mixed
-    return (alpha @ v).transpose(1, 2)
+    return (alpha.to(v.dtype) @ v).transpose(1, 2)
