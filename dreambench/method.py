@@ -145,10 +145,17 @@ class DenseMethod(Method):
 
     def load_retriever(self, lora: bool) -> DenseRetriever:
         """The profile's backbone as a retriever on the default device (with fresh LoRA adapters to train)."""
-        from .models.backbones import default_device
+        from .models.backbones import autocast_dtype, default_device, store_frozen_linears
         from .models.retriever import DenseRetriever
 
-        return DenseRetriever.from_config(self.config.model, self.workspace, lora=lora).to(default_device())
+        device = default_device()
+        retriever = DenseRetriever.from_config(self.config.model, self.workspace, lora=lora).to(device)
+        # encoding (model.precision) and training (train.precision) both autocast to the same dtype: the frozen
+        # base weights are stored in it once instead of cast on every call (bit-identical, tests/test_retriever.py)
+        dtype = autocast_dtype(self.config.model.precision, device)
+        if dtype == autocast_dtype(self.config.train.precision, device):
+            store_frozen_linears(retriever.backbone, dtype)
+        return retriever
 
     def encode_queries(self, texts: list[str]) -> torch.Tensor:
         return self.retriever.encode(texts, kind="query")

@@ -113,6 +113,7 @@ class Dream(TrainedDenseMethod):
     def build(self, data: Any) -> None:
         from dreambench.heads import load_or_rank_heads, select_heads
         from dreambench.judge import Judge, judge_layout
+        from dreambench.models.backbones import autocast_dtype, store_frozen_linears
 
         p = self.params
         self.retriever = self.load_retriever(lora=True)
@@ -137,6 +138,9 @@ class Dream(TrainedDenseMethod):
             self.judge = Judge.load(self.judge_name, self.workspace, p.judge_lora_r, p.judge_lora_alpha).to(
                 device
             )
+        # the judge only ever runs under the training autocast: its frozen matmul weights stored in that dtype
+        # once instead of cast on every call (bit-identical; tests/test_dream.py)
+        store_frozen_linears(self.judge, autocast_dtype(self.config.train.precision, device))
         self.modules_ = DreamModules(
             self.retriever, p.tau_init, p.gate_init, self.judge if p.judge_lora else None
         ).to(device)

@@ -230,6 +230,36 @@ def test_prefix_cache_refuses_a_trainable_judge():
         judge.target_loss(inputs, plan, prefix_cache=True)
 
 
+def test_judge_weights_stored_in_the_autocast_dtype_give_identical_loss_and_gradients():
+    """bf16 autocast over fp32 weights vs the same weights stored in bf16: bit-identical (tiny Llama)."""
+    from dreambench.attention import use_kernel
+    from dreambench.judge import Judge
+    from dreambench.models.backbones import load_model, store_frozen_linears
+
+    def judge():
+        model = load_model("tiny-llama", workspace=None, causal_lm=True, seed=3).eval()
+        for parameter in model.parameters():
+            parameter.requires_grad_(False)
+        return Judge(use_kernel(model), tiny_tokenizer(), "tiny-llama")
+
+    results = []
+    for store in (False, True):
+        j = judge()
+        if store:
+            converted = store_frozen_linears(j.causal_lm, torch.bfloat16)
+            assert converted == 7 * j.num_layers  # q, k, v, o, gate, up, down per layer; the tied head stays
+            assert j.causal_lm.get_input_embeddings().weight.dtype == torch.float32
+        inputs, scores, plan = _judge_case(j, 0.7)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = j.target_loss(inputs, plan, prefix_cache=True)
+        (grad,) = torch.autograd.grad(loss, scores)
+        results.append((loss, grad))
+    assert torch.equal(results[0][0], results[1][0])
+    assert torch.equal(results[0][1], results[1][1])
+    assert results[0][1].abs().max() > 0
+    assert store_frozen_linears(judge().causal_lm, None) == 0  # full fp32: nothing converted
+
+
 @pytest.mark.slow
 def test_prefix_cached_judge_equals_the_full_pass_on_smollm2(tmp_path):
     """The real judge (SmolLM2-135M, fp32; the package's GGUF): equal to 1e-4 in loss and score gradients."""

@@ -81,3 +81,30 @@ def test_adapter_round_trip(retriever, tmp_path):
         atol=1e-5,
     )
     assert RunConfig().model.lora_r == 32 and RunConfig().model.lora_alpha == 64  # DREAM §4.1
+
+
+def test_frozen_base_stored_in_the_autocast_dtype_gives_identical_scores_and_lora_gradients(tmp_path):
+    """The trained retriever's frozen base in bf16 vs fp32 under the same bf16 autocast: bit-identical."""
+    import copy
+
+    from dreambench.models.backbones import store_frozen_linears
+    from dreambench.workspace import Workspace
+
+    base = DenseRetriever.from_config(SMOKE_MODEL, Workspace.resolve(cache_dir=tmp_path), lora=True)
+    with torch.no_grad():  # LoRA's B starts at zero: make the adapters non-trivial
+        for name, param in base.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.02)
+    stored = copy.deepcopy(base)
+    assert store_frozen_linears(stored.backbone, torch.bfloat16) > 0
+    assert all(p.dtype == torch.float32 for p in stored.parameters() if p.requires_grad)  # LoRA stays fp32
+    results = []
+    for model in (base, stored):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            scores = model.candidate_scores(["a cat", "wolves"], [["cats purr", "dogs bark"], ["wolves howl", "x"]])
+        scores.sum().backward()
+        grads = [p.grad.clone() for n, p in sorted(model.named_parameters()) if p.requires_grad]
+        results.append((scores.detach(), grads))
+    assert torch.equal(results[0][0], results[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1], strict=True))
+    assert any(g.abs().max() > 0 for g in results[0][1])
