@@ -220,5 +220,6 @@ def test_attention_sweep(benchmark, shape, length, selected, impl):
                                  "device": device.type})  # fmt: skip
     if device.type == "cuda":
         benchmark.extra_info["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        benchmark.extra_info["gpu"] = torch.cuda.get_device_name()
     elif measured:
         benchmark.extra_info["peak_mb"] = peak_rss_mb()  # the whole process's resident peak

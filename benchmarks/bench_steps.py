@@ -53,6 +53,16 @@ def _method(name: str, mini, **params):
     return method
 
 
+def _step_instances(method, mini):
+    """The training instances the benchmarked step takes (its micro-batches 0 … STEP_INSTANCES − 1)."""
+    from dreambench.data.loader import TrainingLoader
+
+    config, _, data = mini
+    loader = TrainingLoader(data.train, method.view, 1, config.train.seed)
+    ids = {i for micro in range(STEP_INSTANCES) for i in loader.batch(micro).instance_ids}
+    return [inst for inst in data.train if inst.id in ids]
+
+
 def _run_step(benchmark, method, mini, rounds: int = 3):
     from dreambench.data.loader import TrainingLoader
     from dreambench.models.backbones import autocast_dtype
@@ -100,14 +110,14 @@ def test_step_infonce(benchmark, mini):
 def test_step_replug(benchmark, mini):
     """REPLUG as it trains: the judge's likelihoods come from its cache (computed once per training set)."""
     method = _method("replug", mini)
-    method.likelihoods = method.load_likelihoods(mini[2].train[:STEP_INSTANCES])
+    method.likelihoods = method.load_likelihoods(_step_instances(method, mini))
     _run_step(benchmark, method, mini)
 
 
 def test_step_replug_uncached(benchmark, mini):
     """REPLUG paying for its judge in the step: the likelihoods of the step's instances computed inline."""
     method = _method("replug", mini)
-    instances = mini[2].train[:STEP_INSTANCES]
+    instances = _step_instances(method, mini)
 
     from dreambench.judge import Judge
     from methods.replug import score_candidates

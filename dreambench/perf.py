@@ -1,7 +1,7 @@
 """``reports/performance.md`` from one pytest-benchmark run (ratios are computed within that run).
 
     python -m dreambench.perf --run      # run the speed benchmarks (minutes), then write the report
-    python -m dreambench.perf            # re-render from reports/performance.json
+    python -m dreambench.perf            # re-render from reports/performance.json (+ performance-cuda.json)
 
 The benchmarks (``benchmarks/``): one training step per method on the mini shapes (``test_step_*``), the
 retriever's encoding rate (``test_encode``), the judge step with and without injection
@@ -19,15 +19,25 @@ from pathlib import Path
 
 from .workspace import PROJECT_ROOT
 
-DEFAULT_JSON = PROJECT_ROOT / "reports" / "performance.json"
+
+def default_json() -> Path:
+    """``performance.json`` (a CPU run) or, on a machine with a CUDA device, ``performance-cuda.json``:
+    ``performance.md`` shows the CPU run and, when present, a GPU section from the other file."""
+    import torch
+
+    return PROJECT_ROOT / "reports" / ("performance-cuda.json" if torch.cuda.is_available() else "performance.json")
+
+
 SELECTION = "test_step or test_encode or test_judge_step or test_inbatch or test_attention_sweep"
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", action="store_true", help="run the benchmarks first (minutes)")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--json", type=Path, default=None, help="default: reports/performance[-cuda].json")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "reports" / "performance.md")
     args = parser.parse_args(argv)
+    args.json = args.json or default_json()
     if args.run:
         command = [sys.executable, "-m", "pytest", str(PROJECT_ROOT / "benchmarks"), "-k", SELECTION,
                    f"--benchmark-json={args.json}", "-q"]  # fmt: skip

@@ -1095,7 +1095,18 @@ def plot_sweep(table: pd.DataFrame, path: Path) -> bool:
 
 
 def render_performance(json_path: Path, out: Path) -> Path:
-    """``reports/performance.md`` from one pytest-benchmark JSON: target ratios, steps, the attention sweep."""
+    """``reports/performance.md`` from one pytest-benchmark JSON: target ratios, steps, the attention sweep.
+
+    A CPU run is kept as ``performance.json`` and a run on a CUDA device as ``performance-cuda.json`` beside it;
+    the page holds the CPU run and, when the other file is there, a GPU section (each run's ratios its own)."""
+    cuda_json = json_path.with_name("performance-cuda.json")
+    if json_path == cuda_json:
+        json_path = json_path.with_name("performance.json")
+    if not json_path.is_file():
+        lines = ["# dreambench performance", "", "No CPU run recorded (`python -m dreambench.perf --run` on a machine "
+                 "without a GPU writes it).", ""]  # fmt: skip
+        out.write_text("\n".join(lines + _gpu_performance(cuda_json, out)) + "\n")
+        return out
     rows, meta = load_benchmarks(json_path)
     machine = meta["machine"]
     cpu = (machine.get("cpu") or {}).get("brand_raw") or machine.get("processor") or "unknown CPU"
@@ -1134,5 +1145,42 @@ def render_performance(json_path: Path, out: Path) -> Path:
                   sweep.to_markdown(floatfmt=".3g"), ""]  # fmt: skip
         if plot_sweep(sweep, out.with_name("performance_sweep.png")):
             lines += ["![time vs length](performance_sweep.png)", ""]
+    if cuda_json.is_file():
+        lines += _gpu_performance(cuda_json, out)
     out.write_text("\n".join(lines) + "\n")
     return out
+
+
+GPU_KERNEL_TARGET = (4096, 3.0)  # at this length the fused kernel is at least this much faster than eager
+
+
+def _gpu_performance(json_path: Path, out: Path) -> list[str]:
+    """The section of ``performance.md`` for a run of the kernel benchmarks on a CUDA device."""
+    rows, meta = load_benchmarks(json_path)
+    gpus = sorted({r["gpu"] for r in rows.values() if r.get("gpu")})
+    sweep = performance_sweep(rows)
+    length, target = GPU_KERNEL_TARGET
+    lines = [
+        "## GPU",
+        "",
+        f"Device: {', '.join(gpus) or 'a CUDA device'}; bf16. One run of `python -m dreambench.perf --run` on that "
+        f"machine at commit {str((meta['commit'] or {}).get('id', '?'))[:10]} ({meta['datetime']}), "
+        f"kept as `{json_path.name}`: every ratio in this section is computed within that run.",
+        "",
+    ]
+    if not sweep.empty and "eager / kernel" in sweep:
+        at = sweep.xs(length, level="length")["eager / kernel"].dropna()
+        for shape in sorted({s for s, _ in at.index}):
+            ratios = at.xs(shape, level="shape")
+            met = "yes" if ratios.min() >= target else "**no**"
+            lines.append(f"- {shape}, T = {length}: the kernel is {ratios.min():.1f}× to {ratios.max():.1f}× faster "
+                         f"than eager over {len(ratios)} selected-head counts (target at least {target}×: {met}).")  # fmt: skip
+        lines += ["", sweep.to_markdown(floatfmt=".3g"), ""]
+        if plot_sweep(sweep, out.with_name("performance_sweep_cuda.png")):
+            lines += ["![time vs length on the GPU](performance_sweep_cuda.png)", ""]
+    inbatch = _bench_ratio(rows, "test_inbatch_forward_backward[reference-cuda]",
+                           "test_inbatch_forward_backward[fused-cuda]", "median_s")  # fmt: skip
+    if inbatch is not None:
+        lines += [f"Revela's in-batch term (16 chunks × 160 tokens, Llama-3.2-1B attention), forward + backward: "
+                  f"fused {inbatch:.1f}× faster than the pair-by-pair reference.", ""]  # fmt: skip
+    return lines
