@@ -98,8 +98,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="select each trained method's hyperparameters on held-out training-format instances (the "
         "profile's grids; cached, resumable), then render the report's Tuning section",
     )
+    parser.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run only every N-th job of the plan, starting at job I (0-based): N independent processes or "
+        "SLURM array tasks share one results folder; render afterwards with --render-only",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser
+
+
+def _shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard {text!r}: expected I/N, e.g. 0/4") from None
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"--shard {text!r}: I must lie in [0, N) and N be at least 1")
+    return index, count
 
 
 def tune(profile, config, methods, workspace) -> int:
@@ -163,10 +181,10 @@ def run_signal_checks(jobs, workspace) -> None:
             )  # fmt: skip
 
 
-def run_stages(runner, jobs, workspace, profile: str, start: float) -> list:
+def run_stages(runner, jobs, workspace, profile: str, start: float, render: bool = True) -> list:
     """Run the plan stage by stage (main table, ablations, further seeds), re-rendering the report after
     each run, so an interruption leaves a complete report of what has run; print progress with an ETA."""
-    from dreambench import report
+    from dreambench import distributed, report
     from dreambench.runner import stage_jobs
 
     say = logging.getLogger("run_all").info
@@ -177,7 +195,10 @@ def run_stages(runner, jobs, workspace, profile: str, start: float) -> list:
         for job in stage:
             outcomes += runner.run([job])
             done += 1
-            report.render(workspace.results_dir, workspace.reports_dir, profile)
+            if not distributed.is_main():
+                continue
+            if render:  # shards of one plan leave rendering to one --render-only at the end
+                report.render(workspace.results_dir, workspace.reports_dir, profile)
             elapsed = time.perf_counter() - start
             eta = elapsed / done * (total - done)
             say("stage %d of %d (%s): %d of %d runs done, %.0f min elapsed, ETA %.0f min for the remaining %d "
@@ -224,13 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("httpx", "urllib3", "filelock", "huggingface_hub", "jnius", "beir", "faiss", "bm25s"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    from dreambench import report
+    from dreambench import distributed, report
     from dreambench.method import METHODS
     from dreambench.profiles import DEFAULT_PROFILE, PROFILES
     from dreambench.runner import Runner, plan_jobs
     from dreambench.tasks import TASKS, user_folders
     from dreambench.workspace import Workspace
 
+    if distributed.init_from_env() and not distributed.is_main():
+        logging.getLogger().setLevel(logging.WARNING)  # rank 0 logs for the group
     try:
         profile = PROFILES.get(args.profile or DEFAULT_PROFILE)
         if args.list:
@@ -281,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
                 _seeds(args.seeds) or list(profile.seeds) or None,
                 workspace.data_dir,
             )
+            shard = _shard(args.shard)
+            if shard:
+                jobs = jobs[shard[0] :: shard[1]]
             runner = Runner(workspace, overwrite=args.overwrite)
             runner.preflight(jobs)  # bad parameters or dataset files stop here, before any work
     except (ConfigError, UnknownNameError, ValueError) as exc:
@@ -295,10 +321,13 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(runner.describe(jobs)))
         return 0
     start = time.perf_counter()
-    if not args.no_signal_check:
+    if not args.no_signal_check and distributed.is_main():
         run_signal_checks(jobs, workspace)
-    outcomes = run_stages(runner, jobs, workspace, config.profile, start)
-    path = report.render(workspace.results_dir, workspace.reports_dir, config.profile)
+    distributed.barrier()  # several processes: the others wait for rank 0's signal check
+    outcomes = run_stages(runner, jobs, workspace, config.profile, start, render=not args.shard)
+    if not distributed.is_main():
+        return 0  # rank 0 renders and prints
+    path = None if args.shard else report.render(workspace.results_dir, workspace.reports_dir, config.profile)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("computed", "cached", "skipped", "failed")}
     print(f"\n{', '.join(f'{n} {s}' for s, n in counts.items())} in {time.perf_counter() - start:.1f}s")
     for o in outcomes:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from . import distributed
 from .config import RunConfig, fingerprint, method_params, to_jsonable
 from .evaluation.metrics import Run
 from .registry import Registry
@@ -227,25 +228,36 @@ class TrainedDenseMethod(DenseMethod):
 
         out_dir = self.checkpoint_dir()
         final = out_dir / "final.pt"
-        data = load_training_data(self.config, self.workspace)
+        with distributed.main_first():  # several processes: rank 0 builds the data, the others load it
+            data = load_training_data(self.config, self.workspace)
         seed_everything(self.config.train.seed)  # after the data: building it must not shift the weight init
-        self.build(data)
-        if final.is_file():
+        with distributed.main_first():  # caches the method builds (DREAM's head ranking) come from rank 0
+            self.build(data)
+        # what is on disk decides, as rank 0 sees it: every rank takes the same path (collectives follow)
+        trained, before_cached = distributed.broadcast_object(
+            (final.is_file(), (out_dir / "heldout_before.json").is_file())
+        )
+        if trained:
             load_trainable_state(self.trainable_modules(), torch.load(final, map_location="cpu"), final)
             self.training_summary = json.loads((out_dir / "summary.json").read_text())
             log.info("%s: loaded trained weights from %s", self.name, final)
         else:
             before_path = out_dir / "heldout_before.json"
-            if not before_path.is_file():  # the untrained retriever (LoRA starts as the identity)
-                write_json_atomic(before_path, candidate_ranking(self.retriever, data.heldout))
+            if not before_cached:  # the untrained retriever (LoRA starts as the identity)
+                before = candidate_ranking(self.retriever, data.heldout)
+                if distributed.is_main():
+                    write_json_atomic(before_path, before)
+                distributed.barrier()
             trainer = Trainer(self, self.config.train, out_dir, to_jsonable(self.config), out_dir.name)
             trainer.fit(
                 TrainingLoader(data.train, self.view, self.config.train.batch_size, self.config.train.seed)
             )
             self.training_summary = self._summarise(out_dir, data, json.loads(before_path.read_text()))
-            with atomic_path(final) as tmp:
-                torch.save(trainable_state(self.trainable_modules()), tmp)
-            write_json_atomic(out_dir / "summary.json", self.training_summary)
+            if distributed.is_main():
+                with atomic_path(final) as tmp:
+                    torch.save(trainable_state(self.trainable_modules()), tmp)
+                write_json_atomic(out_dir / "summary.json", self.training_summary)
+            distributed.barrier()
         self.after_training()
         self.retriever.merge_lora()  # evaluation only encodes from here on
         self.retriever.eval()

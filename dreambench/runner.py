@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import distributed
 from .config import ConfigError, RunConfig, apply_overrides, check_ranges, fingerprint, to_jsonable
 from .evaluation.metrics import MEASURES, drop_identical_ids, evaluate, top_k
 from .method import METHODS, LexicalMethod, Method
@@ -240,9 +241,15 @@ def expected_fingerprint(
 
 @contextlib.contextmanager
 def held_lock(path: Path, what: str) -> Iterator[None]:
-    """An inter-process lock on ``path`` (released when the process dies); says so when it has to wait."""
+    """An inter-process lock on ``path`` (released when the process dies); says so when it has to wait.
+
+    Under a launcher (several ranks of one job) rank 0 holds it for the group: the others are in the same
+    collectives and must not wait for it."""
     from filelock import FileLock, Timeout
 
+    if not distributed.is_main():
+        yield
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(path))
     try:
@@ -348,6 +355,14 @@ class Runner:
                 ) from None
         from .data.training import check_candidate_pools
 
+        ranks = distributed.world_size()
+        for job in jobs:
+            if METHODS.get(job.experiment.method).trainable and job.config.train.grad_accum % ranks:
+                raise ConfigError(
+                    f"experiment {job.experiment.method}/{job.experiment.name}: train.grad_accum = "
+                    f"{job.config.train.grad_accum} cannot be split evenly over the {ranks} processes of this "
+                    "launch (each takes the same share of every step): use a multiple of the process count"
+                )
         pools: set[str] = set()
         for job in jobs:
             if METHODS.get(job.experiment.method).trainable and fingerprint(job.config.data) not in pools:
@@ -410,7 +425,10 @@ class Runner:
     def run_job(self, job: Job) -> list[Outcome]:
         exp = job.experiment
         method = METHODS.get(exp.method)(job.config, self.workspace, exp.name)
-        outcomes, pending = self._pending(job, method)
+        if isinstance(method, LexicalMethod) and not distributed.is_main():
+            return []  # under a launcher, lexical runs (no model, nothing to share) are rank 0's alone
+        # several ranks: rank 0's view of the cache decides, so all ranks run the same collectives
+        outcomes, pending = distributed.broadcast_object(self._pending(job, method))
         for o in outcomes:
             if o.status == "cached":
                 log.info(
@@ -441,6 +459,7 @@ class Runner:
                 with held_lock(path.with_suffix(".lock"), f"result {path}"):
                     # another process may have written it while this one trained or waited
                     done = None if self.overwrite else cached_result(key, self.workspace.results_dir, deps)
+                    done = distributed.broadcast_object(done)
                     if done is not None:
                         outcomes.append(Outcome(key, "cached", scores=done["scores"]))
                         continue
@@ -465,6 +484,8 @@ class Runner:
         except (DatasetUnavailable, DatasetFormatError) as exc:
             log.error("%s", exc)
             return Outcome(key, "skipped" if isinstance(exc, DatasetUnavailable) else "failed", str(exc))
+        if not distributed.is_main():
+            return Outcome(key, "computed", scores=result["scores"])
         write_result(
             key,
             self.workspace.results_dir,

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from .. import distributed
 from ..config import ModelConfig
 from ..workspace import Workspace
 from .backbones import autocast_dtype, load_model, load_tokenizer
@@ -155,8 +156,14 @@ class DenseRetriever(nn.Module):
         out = torch.empty((len(texts), self.backbone.config.hidden_size))
         stats = EncodeStats(texts=len(texts))
         start = time.perf_counter()
-        bar = tqdm(total=len(texts), desc=f"encode {kind}s", unit="text", disable=not progress, leave=False)
-        for i in range(0, len(order), batch_size):
+        # several processes (torchrun): rank r encodes batches r, r + W, ... of the same length-sorted batches a
+        # single process makes (so the embeddings are bit-identical to its), then the rows are summed over ranks
+        ranks, rank = distributed.world_size(), distributed.rank()
+        if ranks > 1:
+            out.zero_()
+        mine = range(rank * batch_size, len(order), ranks * batch_size)
+        bar = tqdm(total=len(texts), desc=f"encode {kind}s", unit="text", disable=not progress or rank > 0, leave=False)
+        for i in mine:
             index = order[i : i + batch_size]
             batch = {k: v.to(device) for k, v in self.tokenize([texts[j] for j in index], kind).items()}
             with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
@@ -165,6 +172,9 @@ class DenseRetriever(nn.Module):
             bar.update(len(index))
             bar.set_postfix(tok_s=f"{stats.tokens / (time.perf_counter() - start):.0f}")
         bar.close()
+        if ranks > 1:
+            distributed.sum_rows_(out)
+            stats.tokens = int(distributed.all_sum([stats.tokens])[0])
         stats.seconds = time.perf_counter() - start
         self.last_stats = stats
         log.debug("encoded %d %ss: %.0f tokens/s", len(texts), kind, stats.tokens_per_second)

@@ -6,10 +6,17 @@ supports it, gradient clipping, seeds, a JSONL log (loss, lr, grad norm, tokens/
 statistics — DREAM's gate g and temperature τ), a progress bar, and periodic checkpoints (trainable weights,
 optimiser, scheduler, RNG states, step, config) that a re-run resumes from. Micro-batch ``i`` of the loader
 is a pure function of ``i``, so a resumed run is identical to an uninterrupted one.
+
+Under ``torchrun`` / ``accelerate launch`` (``dreambench.distributed``) the trainable modules are wrapped in
+``DistributedDataParallel`` and the micro-batches of a step are dealt out round-robin over the ranks
+(``grad_accum`` must be a multiple of the number of processes): the global batch, the data order and the
+update are those of one process, so a checkpoint resumes under any number of processes. Rank 0 alone writes
+the checkpoint, the log and the progress bar.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -21,8 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 
+from .. import distributed
 from ..config import TrainConfig
 from ..models.backbones import autocast_dtype
 from ..workspace import atomic_path
@@ -94,6 +103,18 @@ class TrainingDiverged(FloatingPointError):
     checkpoint. Training stops; nothing of the bad step is saved."""
 
 
+class _StepModule(nn.Module):
+    """What ``DistributedDataParallel`` wraps: the method's trainable modules, forward = the method's loss."""
+
+    def __init__(self, method: TrainedDenseMethod):
+        super().__init__()
+        self.trainable = method.trainable_modules()
+        self._method = [method]  # not a submodule: the judge and frozen parts are not DDP's to synchronise
+
+    def forward(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        return self._method[0].compute_loss(batch)
+
+
 class Trainer:
     def __init__(self, method: TrainedDenseMethod, config: TrainConfig, out_dir: Path, run_config: dict[str, Any],
                  fingerprint: str):  # fmt: skip
@@ -105,6 +126,11 @@ class Trainer:
             )
         if config.checkpoint_every < 1:
             raise ValueError("train.checkpoint_every must be at least 1")
+        if config.grad_accum % distributed.world_size():
+            raise ValueError(
+                f"train.grad_accum = {config.grad_accum} cannot be split evenly over "
+                f"{distributed.world_size()} processes: use a multiple of the process count"
+            )
         lr_factor(config.steps, config)  # validates the schedule name before any work
         self.method = method
         self.config = config
@@ -115,6 +141,8 @@ class Trainer:
 
     # ---- checkpoints -----------------------------------------------------------------------------------
     def _save(self, step: int, optimizer, scheduler) -> None:
+        if not distributed.is_main():
+            return
         state = {
             "step": step,
             "model": trainable_state(self.method.trainable_modules()),
@@ -144,7 +172,7 @@ class Trainer:
     def _truncate_log(self, step: int) -> None:
         """Keep the log consistent with the checkpoint: drop records of steps that will be redone."""
         path = self.out_dir / LOG
-        if not path.is_file():
+        if not distributed.is_main() or not path.is_file():
             return
         kept = []
         for line in path.read_text().splitlines():
@@ -183,23 +211,45 @@ class Trainer:
         device = self.method.device
         dtype = autocast_dtype(cfg.precision, device)
         self.method.trainable_modules().train()
-        bar = tqdm(total=cfg.steps, initial=step, desc=f"train {self.method.name}", unit="step")
+        ranks, rank = distributed.world_size(), distributed.rank()
+        wrapped = _StepModule(self.method)
+        if ranks > 1:  # gradients averaged over ranks in the backward of each rank's last micro-batch
+            wrapped = nn.parallel.DistributedDataParallel(
+                wrapped, device_ids=[device.index] if device.type == "cuda" else None
+            )
+        mine = range(rank, cfg.grad_accum, ranks)  # this rank's micro-batches of every step
+        main = distributed.is_main()
+        bar = tqdm(total=cfg.steps, initial=step, desc=f"train {self.method.name}", unit="step", disable=not main)
         start = time.perf_counter()
-        with (self.out_dir / LOG).open("a", encoding="utf-8") as log_file:
+        log_path = self.out_dir / LOG
+        with log_path.open("a", encoding="utf-8") if main else contextlib.nullcontext() as log_file:
             while step < cfg.steps:
                 tick = time.perf_counter()
                 loss_total, tokens, stats_total = 0.0, 0, {}
-                for micro in range(cfg.grad_accum):
+                for n, micro in enumerate(mine):
                     batch = loader.batch(step * cfg.grad_accum + micro)
-                    with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-                        loss, stats = self.method.compute_loss(batch)
-                    if not torch.isfinite(loss):
-                        self._diverged(f"loss {loss.item()}", step, batch.instance_ids)
-                    (loss / cfg.grad_accum).backward()
+                    last = n == len(mine) - 1
+                    sync = contextlib.nullcontext() if ranks == 1 or last else wrapped.no_sync()
+                    with sync:
+                        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                            loss, stats = wrapped(batch)
+                        if ranks == 1 and not torch.isfinite(loss):
+                            self._diverged(f"loss {loss.item()}", step, batch.instance_ids)
+                        # DDP averages over ranks: scaled so the update is that of one process's sum
+                        (loss * ranks / cfg.grad_accum).backward()
                     loss_total += loss.item() / cfg.grad_accum
                     tokens += int(stats.pop("tokens", 0))
                     for key, value in stats.items():
                         stats_total[key] = stats_total.get(key, 0.0) + value / cfg.grad_accum
+                if ranks > 1:  # the step's totals over every rank's micro-batches
+                    keys = sorted(stats_total)
+                    summed = distributed.all_sum([loss_total, tokens, *(stats_total[k] for k in keys)])
+                    loss_total, tokens = summed[0], int(summed[1])
+                    stats_total = dict(zip(keys, summed[2:], strict=True))
+                    if not math.isfinite(loss_total):  # every rank stops at the same step
+                        ids = [i for m in range(cfg.grad_accum)
+                               for i in loader.batch(step * cfg.grad_accum + m).instance_ids]  # fmt: skip
+                        self._diverged(f"loss {loss_total}", step, ids)
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                 if not torch.isfinite(grad_norm):
                     ids = [
@@ -219,7 +269,7 @@ class Trainer:
                     "tokens_per_s": tokens / seconds if seconds else 0.0, **stats_total,
                     **self.method.training_state(),
                 }  # fmt: skip
-                if step % cfg.log_every == 0 or step == cfg.steps:
+                if main and (step % cfg.log_every == 0 or step == cfg.steps):
                     log_file.write(json.dumps(record) + "\n")
                     log_file.flush()
                 bar.update(1)
@@ -229,4 +279,5 @@ class Trainer:
                 if on_step is not None:
                     on_step(step)
         bar.close()
+        distributed.barrier()  # the log and the last checkpoint are on disk for every rank
         return {"steps": step, "seconds_this_run": time.perf_counter() - start}

@@ -1,0 +1,109 @@
+"""Several processes through ``torchrun`` on CPU (gloo), smoke profile: the same training, checkpoints that
+resume under another process count, sharded encoding, and run_all.py end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dreambench.workspace import PROJECT_ROOT
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+# two processes sum the step's micro-batch gradients in another order than one: the last bits differ
+WEIGHT_ATOL = 1e-5
+
+pytestmark = pytest.mark.slow
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(PROJECT_ROOT))
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+def launch(processes: int, *args: str, script: Path = WORKER) -> subprocess.CompletedProcess:
+    if processes == 1:
+        command = [sys.executable, str(script), *args]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
+                   str(script), *args]  # fmt: skip
+    done = subprocess.run(command, cwd=PROJECT_ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys() and a
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def test_two_processes_train_like_one_and_resume_under_one(tmp_path):
+    cache = str(tmp_path / "cache")
+    launch(1, "train", cache, str(tmp_path / "one"), "0", str(tmp_path / "one.pt"))
+    launch(2, "train", cache, str(tmp_path / "two"), "0", str(tmp_path / "two.pt"))
+    # a two-process run killed after step 2 (its checkpoint on disk), finished by one process
+    launch(2, "train", cache, str(tmp_path / "resumed"), "2", str(tmp_path / "half.pt"))
+    assert json.loads((tmp_path / "resumed" / "train_log.jsonl").read_text().splitlines()[-1])["step"] == 2
+    launch(1, "train", cache, str(tmp_path / "resumed"), "0", str(tmp_path / "resumed.pt"))
+
+    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    half, resumed = torch.load(tmp_path / "half.pt"), torch.load(tmp_path / "resumed.pt")
+    moved = _same_weights(one, half)  # what steps 3 and 4 changed
+    print(f"one vs two {_same_weights(one, two):.2e}, one vs resumed {_same_weights(one, resumed):.2e}, "
+          f"steps 3-4 moved {moved:.2e}")
+    assert _same_weights(one, two) < WEIGHT_ATOL
+    assert _same_weights(one, resumed) < WEIGHT_ATOL
+    assert moved > 100 * WEIGHT_ATOL
+    logs = [[json.loads(line) for line in (tmp_path / run / "train_log.jsonl").read_text().splitlines()]
+            for run in ("one", "two", "resumed")]  # fmt: skip
+    assert [r["step"] for r in logs[1]] == [r["step"] for r in logs[0]] == [r["step"] for r in logs[2]]
+    for a, b in zip(logs[0], logs[1], strict=True):  # the logged loss is the global batch's, on rank 0
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["tokens_per_s"] > 0 and b["tokens_per_s"] > 0
+
+
+def test_sharded_encoding_equals_one_process(tmp_path):
+    cache = str(tmp_path / "cache")
+    launch(1, "encode", cache, str(tmp_path / "one.pt"))
+    launch(2, "encode", cache, str(tmp_path / "two.pt"))
+    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    assert torch.equal(one["embeddings"], two["embeddings"])  # the same batches: bit-identical
+    assert one["tokens"] == two["tokens"] > 0
+    assert one["embeddings"].abs().sum(dim=1).min() > 0  # every row was filled by some rank
+
+
+def test_run_all_under_torchrun_gives_the_single_process_results(tmp_path):
+    """The whole pipeline (train, encode, search, score, write, render) under two processes."""
+    runs = {}
+    for processes in (1, 2):
+        root = tmp_path / f"p{processes}"
+        launch(processes, "--profile", "smoke", "--methods", "infonce", "--no-signal-check", "--seeds", "0",
+               "--set", "train.grad_accum=4", "--cache-dir", str(root / "cache"), "--results-dir",
+               str(root / "results"), "--reports-dir", str(root / "reports"), script=PROJECT_ROOT / "run_all.py")  # fmt: skip
+        (result,) = (root / "results").rglob("wiki-desc2lead.json")
+        runs[processes] = json.loads(result.read_text())
+        assert (root / "reports" / "smoke" / "report.md").is_file()
+    one, two = runs[1], runs[2]
+    assert two["scores"]["ndcg_at_10"] == pytest.approx(one["scores"]["ndcg_at_10"], abs=1e-4)
+    assert two["scores"]["ndcg_at_10"] > 0
+    assert one["training"]["heldout_after"]["mrr"] == pytest.approx(two["training"]["heldout_after"]["mrr"], abs=1e-4)
+    assert one["training"]["final_loss"] == pytest.approx(two["training"]["final_loss"], rel=1e-5)
+
+
+def test_grad_accum_that_does_not_split_over_the_processes_is_refused(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         str(PROJECT_ROOT / "run_all.py"), "--profile", "smoke", "--methods", "infonce", "--no-signal-check",
+         "--set", "train.grad_accum=3", "--cache-dir", str(tmp_path / "cache"), "--results-dir",
+         str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports")],
+        cwd=PROJECT_ROOT, env=_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "train.grad_accum = 3" in done.stderr and "2 processes" in done.stderr
+    assert not list((tmp_path / "results").rglob("*.json"))
