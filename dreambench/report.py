@@ -1164,7 +1164,8 @@ def _gpu_performance(json_path: Path, out: Path) -> list[str]:
         "## GPU",
         "",
         f"Device: {', '.join(gpus) or 'a CUDA device'}; bf16. One run of `python -m dreambench.perf --run` on that "
-        f"machine at commit {str((meta['commit'] or {}).get('id', '?'))[:10]} ({meta['datetime']}), "
+        f"machine at commit {str((meta['commit'] or {}).get('id', '?'))[:10]}"
+        f"{' with uncommitted changes' if (meta['commit'] or {}).get('dirty') else ''} ({meta['datetime']}), "
         f"kept as `{json_path.name}`: every ratio in this section is computed within that run.",
         "",
     ]

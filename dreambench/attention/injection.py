@@ -215,16 +215,17 @@ def apply_injection(
     stock = attn_output[:, :, heads].transpose(1, 2)  # (B, m, T, D)
     stock_rows = _gather_rows(stock, rows)  # (B, m, Q, D)
     new_rows = injected_rows(query, key, value, stock_rows, attention_mask, scaling, heads, plan)
-    b_idx, q_pos = spans.query_mask.nonzero(as_tuple=True)  # valid (row, query position) pairs (N,)
-    positions = rows[b_idx, q_pos]  # (N,)
+    # write the new rows back without a host sync (no nonzero): padded query slots go to a spare row T
+    batch, length, _, dim = attn_output.shape
     m = heads.shape[0]
-    values = new_rows[b_idx, :, q_pos]  # (N, m, D)
-    index = (
-        b_idx[:, None].expand(-1, m),
-        positions[:, None].expand(-1, m),
-        heads[None, :].expand(len(b_idx), -1),
+    target = torch.where(spans.query_mask, rows, length)  # (B, Q)
+    selected = torch.cat([stock.transpose(1, 2), stock.new_zeros(batch, 1, m, dim)], dim=1)  # (B, T + 1, m, D)
+    selected = selected.scatter(
+        1, target[:, :, None, None].expand(-1, -1, m, dim), new_rows.transpose(1, 2).to(selected.dtype)
     )
-    return attn_output.index_put(index, values.to(attn_output.dtype))
+    output = attn_output.clone()
+    output[:, :, heads] = selected[:, :length]
+    return output
 
 
 def query_attention_mass(
