@@ -117,3 +117,12 @@ def broadcast_object(obj):
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def all_gather_objects(obj) -> list:
+    """Every rank's ``obj`` (picklable), in rank order, on every rank."""
+    if not is_distributed():
+        return [obj]
+    out = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out

@@ -233,6 +233,7 @@ class TrainedDenseMethod(DenseMethod):
         seed_everything(self.config.train.seed)  # after the data: building it must not shift the weight init
         with distributed.main_first():  # caches the method builds (DREAM's head ranking) come from rank 0
             self.build(data)
+        self.build_collective(data)  # work the ranks share (REPLUG's judge likelihoods, sharded)
         # what is on disk decides, as rank 0 sees it: every rank takes the same path (collectives follow)
         trained, before_cached = distributed.broadcast_object(
             (final.is_file(), (out_dir / "heldout_before.json").is_file())
@@ -294,6 +295,10 @@ class TrainedDenseMethod(DenseMethod):
     @abc.abstractmethod
     def build(self, data: Any) -> None:
         """Create the retriever (and any judge or auxiliary modules) before training or loading."""
+
+    def build_collective(self, data: Any) -> None:
+        """After :meth:`build`, on every rank at once: work that several processes split between them (one
+        process: nothing left to do, :meth:`build` did it all)."""
 
     def after_training(self) -> None:
         """Release what evaluation does not need (a judge, say)."""

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from dreambench import distributed
 from dreambench.config import fingerprint
 from dreambench.data.loader import CandidateBatch
 from dreambench.method import TrainedDenseMethod, register_method
@@ -156,7 +157,12 @@ class Replug(TrainedDenseMethod):
         self.cache_stats: dict[str, Any] = {}
         if (self.checkpoint_dir() / "final.pt").is_file():
             return  # trained already: evaluation needs the retriever only
-        self.likelihoods = self.load_likelihoods(data.train)
+        if distributed.world_size() == 1:  # several processes score the training set together: build_collective
+            self.likelihoods = self.load_likelihoods(data.train)
+
+    def build_collective(self, data: Any) -> None:
+        if distributed.world_size() > 1 and not (self.checkpoint_dir() / "final.pt").is_file():
+            self.likelihoods = self.load_likelihoods(data.train)
 
     def load_likelihoods(self, instances: list) -> dict[str, list[float]]:
         """ℓ for every training instance: from the cache, computing (and appending) only what is missing."""
@@ -178,15 +184,25 @@ class Replug(TrainedDenseMethod):
                 len(instances),
                 cache.path,
             )
-            for start in range(0, len(missing), per_call):
+            # several processes (torchrun): rank r scores chunks r, r + W, …; rank 0 appends them all at the end
+            ranks, rank = distributed.world_size(), distributed.rank()
+            scored = []
+            for start in range(rank * per_call, len(missing), ranks * per_call):
                 chunk = missing[start : start + per_call]
                 began = time.perf_counter()
                 new = score_candidates(judge, chunk, p, self.config.train.precision)
                 seconds = (time.perf_counter() - began) / len(chunk)
                 new = [{**r, "seconds": seconds} for r in new]
-                cache.append(new)
-                records.update({r["id"]: r for r in new})
+                if ranks == 1:
+                    cache.append(new)  # as it goes: an interrupted build keeps what it scored
+                scored += new
                 calls += 1
+            if ranks > 1:
+                scored = [r for part in distributed.all_gather_objects(scored) for r in part]
+                if distributed.is_main():
+                    cache.append(scored)
+                distributed.barrier()
+            records.update({r["id"]: r for r in scored})
             del judge
         chosen = [records[inst.id] for inst in instances]
         self.cache_stats = {

@@ -2,11 +2,13 @@
 
     python tests/distributed_worker.py train  CACHE OUT_DIR STOP_AT RESULT.pt
     python tests/distributed_worker.py encode CACHE RESULT.pt
+    python tests/distributed_worker.py likelihoods CACHE RESULT.pt
 
 ``train``: InfoNCE on the smoke profile through the trainer core (``grad_accum`` 4: two micro-batches per rank
 under two processes), stopping after step STOP_AT (0: run to the end) as a killed run would, with its last
 checkpoint on disk; rank 0 saves the trainable weights to RESULT.pt. ``encode``: the smoke retriever encodes
-41 texts of varied length; rank 0 saves the embeddings.
+41 texts of varied length; rank 0 saves the embeddings. ``likelihoods``: REPLUG's judge likelihoods of the
+smoke training set, the chunks of judge calls split over the ranks.
 """
 
 from __future__ import annotations
@@ -67,11 +69,25 @@ def encode(cache: str, result: str) -> None:
         torch.save({"embeddings": embeddings, "tokens": method.retriever.last_stats.tokens}, result)
 
 
+def likelihoods(cache: str, result: str) -> None:
+    workspace = Workspace.resolve(cache_dir=cache)
+    config = apply_overrides(CONFIG, {"methods.replug.score_batch_size": 4})  # one instance per judge call
+    method = METHODS.get("replug")(config, workspace, "default")
+    with distributed.main_first():
+        data = load_training_data(config, workspace)
+        method.build(data)
+    method.build_collective(data)
+    if distributed.is_main():
+        torch.save({"likelihoods": method.likelihoods, "cache": method.cache_stats["likelihood_cache"]}, result)
+
+
 if __name__ == "__main__":
     distributed.init_from_env()
     mode, *args = sys.argv[1:]
     if mode == "train":
         train(args[0], args[1], int(args[2]), args[3])
+    elif mode == "likelihoods":
+        likelihoods(*args)
     else:
         encode(*args)
     distributed.barrier()

@@ -78,6 +78,15 @@ def test_sharded_encoding_equals_one_process(tmp_path):
     assert one["embeddings"].abs().sum(dim=1).min() > 0  # every row was filled by some rank
 
 
+def test_sharded_judge_likelihoods_equal_one_process_and_fill_one_cache(tmp_path):
+    launch(1, "likelihoods", str(tmp_path / "one"), str(tmp_path / "one.pt"))
+    launch(2, "likelihoods", str(tmp_path / "two"), str(tmp_path / "two.pt"))
+    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    assert one["likelihoods"] == two["likelihoods"] and len(one["likelihoods"]) == 8  # every instance, same ℓ
+    lines = Path(two["cache"]).read_text().splitlines()
+    assert sorted(json.loads(line)["id"] for line in lines) == sorted(one["likelihoods"])  # each once
+
+
 def test_run_all_under_torchrun_gives_the_single_process_results(tmp_path):
     """The whole pipeline (train, encode, search, score, write, render) under two processes."""
     runs = {}
