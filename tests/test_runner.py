@@ -437,3 +437,21 @@ def test_the_plan_runs_main_table_first_then_ablations_then_further_seeds():
         "default@seed1", "default@seed2"]  # fmt: skip
     assert {j.experiment.method for j in seeds} == {"infonce", "replug", "revela", "dream"}
     assert len(main) + len(ablations) + len(seeds) == len(jobs)
+
+
+def test_shards_split_the_plan_into_disjoint_parts(workspace, capsys):
+    """--shard I/N: N processes (a SLURM array, say) take every N-th job; together they cover the plan once."""
+    args = ["--profile", "smoke", "--data-dir", str(workspace.data_dir), "--results-dir", str(workspace.results_dir),
+            "--cache-dir", str(workspace.cache_dir), "--dry-run"]  # fmt: skip
+
+    def planned(extra: list[str]) -> list[str]:
+        assert run_all.main([*args, *extra]) == 0
+        return [line for line in capsys.readouterr().out.splitlines() if line and not line.startswith((" ", "profile"))]
+
+    whole = planned([])
+    parts = [planned(["--shard", f"{i}/3"]) for i in range(3)]
+    assert len(whole) > 3 and all(parts)
+    assert sorted(sum(parts, [])) == sorted(whole)
+    for bad in ("3/3", "1-2", "0/0"):
+        assert run_all.main([*args, "--shard", bad]) == 2
+        assert "--shard" in capsys.readouterr().err
