@@ -108,6 +108,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _user_settings_win(profile, keys: set[str]):
+    """A key the user sets with --set overrides the profile's committed tuned value for it (which every
+    experiment of the method otherwise carries as an override)."""
+    from dataclasses import replace
+
+    from dreambench.profiles import with_experiments
+
+    def strip(exp):
+        tuned = set(profile.tuned.get(exp.method, {})) & keys
+        return replace(exp, overrides={k: v for k, v in exp.overrides.items() if k not in tuned})
+
+    return with_experiments(profile, tuple(strip(e) for e in profile.experiments))
+
+
 def _shard(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -280,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             config = load_config_file(args.config, config)
         if args.set:
             config = _apply(config, parse_cli_overrides(args.set), where="--set")
+            profile = _user_settings_win(profile, set(parse_cli_overrides(args.set)))
         workspace = Workspace.resolve(args.data_dir, args.cache_dir, args.results_dir, args.reports_dir)
         if args.build_data:
             return build_data(config, workspace)
