@@ -83,10 +83,14 @@ class Revela(TrainedDenseMethod):
 
     def build(self, data: Any) -> None:
         from dreambench.judge import Judge
+        from dreambench.models.backbones import autocast_dtype, store_frozen_linears
 
         p = self.params
         self.retriever = self.load_retriever(lora=True)
         self.lm = Judge.load(self.lm_name, self.workspace, p.lm_lora_r, p.lm_lora_alpha).to(self.device)
+        # the LM only runs under the training autocast: its frozen base weights stored in that dtype once
+        # instead of cast on every call (bit-identical; tests/test_revela.py)
+        store_frozen_linears(self.lm.causal_lm, autocast_dtype(self.config.train.precision, self.device))
         self.modules_ = RevelaModules(self.retriever, self.lm)
         log.info("Revela: LM %s (LoRA r=%d), τ=%g, V-norm %s", self.lm_name, p.lm_lora_r, p.tau, p.v_norm)
 

@@ -40,6 +40,34 @@ def test_gradients_reach_the_retriever_and_lm_lora_never_the_base_weights(worksp
             assert p.grad is None, name
 
 
+def test_lm_weights_stored_in_the_autocast_dtype_give_identical_loss_and_gradients(workspace, monkeypatch):
+    """bf16 autocast over the LM's fp32 base weights vs the same weights stored in bf16: bit-identical."""
+    from dreambench.models import backbones
+    from dreambench.training.trainer import seed_everything
+
+    config = apply_overrides(SMOKE, {"methods.revela.tau": 0.05, "train.precision": "bf16"})
+    results = []
+    for store in (False, True):
+        if not store:
+            monkeypatch.setattr(backbones, "store_frozen_linears", lambda model, dtype: 0)
+        else:
+            monkeypatch.undo()
+        seed_everything(0)
+        method, loader = revela(workspace, config)
+        base = method.lm.causal_lm.model.layers[0].self_attn.q_proj.base_layer.weight
+        assert base.dtype == (torch.bfloat16 if store else torch.float32)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, _ = method.compute_loss(loader.batch(0))
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in method.trainable_modules().named_parameters() if p.grad is not None}
+        results.append((loss.detach(), grads))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    assert torch.equal(loss_a, loss_b)
+    assert grads_a.keys() == grads_b.keys() and any(n.startswith("lm.") for n in grads_a)
+    assert all(torch.equal(grads_a[n], grads_b[n]) for n in grads_a)
+    assert any(g.abs().max() > 0 for n, g in grads_a.items() if n.startswith("retriever."))
+
+
 def test_revela_trains_and_evaluates_through_the_runner(workspace, smoke_run):
     outcome, payload = smoke_run("revela")
     assert outcome.status == "computed" and 0.0 <= outcome.scores["ndcg_at_10"] <= 1.0
