@@ -147,6 +147,46 @@ def test_step_dream(benchmark, mini, prefix_cache):
     _run_step(benchmark, _method("dream", mini, prefix_cache=prefix_cache), mini)
 
 
+def test_judge_prefix(benchmark, mini):
+    """What the prefix-cached DREAM step cannot avoid: the frozen judge's forward (no autograd) over the
+    document prefixes of the step's four instances. (InfoNCE step + this) / InfoNCE step is the floor of the
+    DREAM / InfoNCE ratio when the retriever part costs what InfoNCE's does and the query + target part is free."""
+    from dreambench.data.loader import TrainingLoader
+    from dreambench.judge import build_judge_inputs, judge_layout
+    from dreambench.models.backbones import autocast_dtype
+
+    method = _method("dream", mini)
+    config, _, data = mini
+    p = method.params
+    loader = TrainingLoader(data.train, method.view, 1, config.train.seed)
+    dtype = autocast_dtype(config.train.precision, method.device)
+    decoder = method.judge.causal_lm.get_decoder()
+    done = []
+
+    def prefixes():
+        tokens, first = 0, len(done) * STEP_INSTANCES
+        for micro in range(first, first + STEP_INSTANCES):
+            batch = loader.batch(micro)
+            inputs = build_judge_inputs(
+                method.judge.tokenizer, batch.queries, batch.candidates, batch.targets, p.max_doc_tokens,
+                p.max_query_tokens, p.max_target_tokens, judge_layout(p.layout), p.injected_rows,
+            )  # fmt: skip
+            start = int(inputs.spans.query_index[:, 0].min())
+            with torch.no_grad(), torch.autocast(method.device.type, dtype=dtype or torch.float32,
+                                                 enabled=dtype is not None):  # fmt: skip
+                decoder(input_ids=inputs.input_ids[:, :start], attention_mask=inputs.attention_mask[:, :start],
+                        use_cache=True)  # fmt: skip
+            tokens += start * inputs.input_ids.shape[0]
+        done.append(tokens)
+
+    prefixes()  # warm-up: the same instances as the steps' warm-up step
+    benchmark.pedantic(prefixes, rounds=3, warmup_rounds=0)
+    timed = done[1:]
+    benchmark.extra_info.update(
+        {"tokens_per_step": sum(timed) / len(timed), "tokens_per_s": sum(timed) / benchmark.stats.stats.total}
+    )
+
+
 def test_encode(benchmark, mini):
     """The retriever's forward-only encoding rate on the steps' queries and candidates (tokens/s)."""
     method = _method("infonce", mini)

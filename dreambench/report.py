@@ -1037,6 +1037,8 @@ RATIOS = (
     ("REPLUG step, likelihoods inline / cached", "test_step_replug_uncached", "test_step_replug", "median_s"),
     ("Revela step / InfoNCE step", "test_step_revela", "test_step_infonce", "median_s"),
     ("REPLUG step / InfoNCE step", "test_step_replug", "test_step_infonce", "median_s"),
+    ("floor of DREAM / InfoNCE: (InfoNCE step + the judge's no-grad pass over the documents) / InfoNCE step",
+     ("test_step_infonce", "test_judge_prefix"), "test_step_infonce", "median_s"),
 )  # fmt: skip
 
 
@@ -1051,10 +1053,13 @@ def load_benchmarks(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, An
                   "datetime": payload.get("datetime")}  # fmt: skip
 
 
-def _bench_ratio(rows: dict[str, dict[str, Any]], top: str, bottom: str, field: str) -> float | None:
-    if top not in rows or bottom not in rows or not rows[bottom].get(field):
+def _bench_ratio(rows: dict[str, dict[str, Any]], top: str | tuple[str, ...], bottom: str, field: str) -> float | None:
+    """rows[top][field] / rows[bottom][field]; a tuple ``top`` sums its benchmarks' fields (None if one is missing)."""
+    tops = (top,) if isinstance(top, str) else top
+    values = [rows.get(name, {}).get(field) for name in tops]
+    if any(v is None for v in values) or bottom not in rows or not rows[bottom].get(field):
         return None
-    return rows[top].get(field) / rows[bottom][field] if rows[top].get(field) is not None else None
+    return sum(values) / rows[bottom][field]
 
 
 def performance_sweep(rows: dict[str, dict[str, Any]]) -> pd.DataFrame:
@@ -1132,7 +1137,7 @@ def render_performance(json_path: Path, out: Path) -> Path:
     for label, top, bottom, field in RATIOS:
         value = _bench_ratio(rows, top, bottom, field)
         lines.append(f"| {label} | {'not measured' if value is None else f'{value:.2f}×'} |")
-    steps = {n: r for n, r in rows.items() if n.startswith(("test_step", "test_encode", "test_judge_step"))}
+    steps = {n: r for n, r in rows.items() if n.startswith(("test_step", "test_encode", "test_judge_"))}
     if steps:
         table = pd.DataFrame(steps).T
         keep = [c for c in ("median_s", "min_s", "max_s", "rounds", "tokens_per_step", "tokens_per_s", "tokens",

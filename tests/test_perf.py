@@ -24,6 +24,7 @@ def test_performance_report_computes_the_target_ratios_within_one_run(tmp_path):
             _bench("test_encode", 1.0, tokens_per_s=1000.0),
             _bench("test_judge_step[forward_backward]", 2.0),
             _bench("test_judge_step[dream]", 2.4),
+            _bench("test_judge_prefix", 1.8),
             *sweep,
         ],
     }  # fmt: skip
@@ -35,4 +36,5 @@ def test_performance_report_computes_the_target_ratios_within_one_run(tmp_path):
     assert "| retriever training tokens/s / encoding tokens/s | 0.40× | at least 0.3× | yes |" in text
     assert "| DREAM step, full pass / prefix-cached | 2.00× |" in text
     assert "| Revela step / InfoNCE step | not measured |" in text
+    assert "(InfoNCE step + the judge's no-grad pass over the documents) / InfoNCE step | 1.45× |" in text
     assert "eager / kernel" in text and (tmp_path / "performance_sweep.png").is_file()
