@@ -77,3 +77,45 @@ def test_index_html_is_self_contained_with_every_table_and_figure(tmp_path):
     assert "<table>" in html and ">x</td>" in html
     assert 'src="data:image/png;base64,' in html and "fig.png" not in html
     assert "addEventListener" in html  # sortable tables
+
+
+def test_the_papers_claims_are_checked_whichever_way_they_fall():
+    from dreambench.report import claims_table, score_table
+
+    rows = []
+    for dataset, base in (("wiki-desc2lead", 0.5), ("nano-scifact", 0.3), ("nano-arguana", 0.4)):
+        for method, experiment, group, heads, k, shift in (
+            ("dream", "default", "main", 16, 8, 0.0), ("infonce", "default", "main", 0, 8, 0.1),
+            ("replug", "default", "main", 0, 8, -0.1), ("revela", "default", "main", 0, 8, 0.0),
+            *[("dream", f"heads-top{n}", "ablation-head-count", n, 8, -0.01 * abs(16 - n) / 16) for n in (1, 4, 8, 32)],
+            ("dream", "heads-random", "ablation-head-selection", 16, 8, 0.05),
+            ("dream", "heads-random-middle", "ablation-head-selection", 16, 8, -0.05),
+            ("dream", "candidates-4", "ablation-candidates", 16, 4, -0.02),
+            ("dream", "candidates-16", "ablation-candidates", 16, 16, 0.02),
+        ):  # fmt: skip
+            # Revela: ahead of DREAM on one set only
+            value = base + shift + (0.01 if method == "revela" and dataset == "nano-arguana" else 0.0)
+            if method == "revela":
+                value -= 0.005
+            rows.append({"method": method, "experiment": experiment, "group": group, "dataset": dataset,
+                         "metric": "ndcg_at_10", "value": value, "seed": 0, "params": {"num_heads": heads},
+                         "num_candidates": k})  # fmt: skip
+    frame = pd.DataFrame(rows)
+    main = score_table(frame, group="main")
+    p_values = pd.DataFrame({"nano-scifact": {"infonce": 0.001, "replug": 0.2, "revela": 1.0}})
+    claims = claims_table(frame, main, p_values)
+    verdict = claims["verdict"]
+    assert verdict["DREAM beats InfoNCE (Tables 1, 4–5)"] == "does not hold"
+    assert "significantly behind on 1" in claims.at["DREAM beats InfoNCE (Tables 1, 4–5)", "measured"]
+    assert verdict["DREAM beats REPLUG (Tables 1, 4–5)"] == "holds"
+    assert verdict["DREAM beats Revela (Tables 1, 4–5)"] == "mixed"
+    assert verdict["QRHead heads beat random heads (Fig. 2)"] == "does not hold"
+    assert verdict["QRHead heads beat random middle-layer heads (Fig. 2)"] == "holds"
+    assert verdict["16 candidates beat 4 (Fig. 6)"] == "holds"
+    assert verdict["a frozen judge is at least as good as a LoRA-trained one (Fig. 5)"] == "–"  # not run
+    assert verdict["16 heads is the best head count (Fig. 3)"] == "–"  # top 64 not run
+    with_64 = pd.concat([frame, frame[frame.experiment == "heads-top32"].assign(experiment="heads-top64",
+                                                                                 value=lambda f: f.value + 0.5)])
+    claims = claims_table(with_64, main, p_values)
+    assert claims.at["16 heads is the best head count (Fig. 3)", "verdict"] == "does not hold"
+    assert "top 64 " in claims.at["16 heads is the best head count (Fig. 3)", "measured"]
