@@ -152,30 +152,20 @@ def test_judge_prefix(benchmark, mini):
     document prefixes of the step's four instances. (InfoNCE step + this) / InfoNCE step is the floor of the
     DREAM / InfoNCE ratio when the retriever part costs what InfoNCE's does and the query + target part is free."""
     from dreambench.data.loader import TrainingLoader
-    from dreambench.judge import build_judge_inputs, judge_layout
     from dreambench.models.backbones import autocast_dtype
 
     method = _method("dream", mini)
     config, _, data = mini
-    p = method.params
     loader = TrainingLoader(data.train, method.view, 1, config.train.seed)
     dtype = autocast_dtype(config.train.precision, method.device)
-    decoder = method.judge.causal_lm.get_decoder()
     done = []
 
     def prefixes():
         tokens, first = 0, len(done) * STEP_INSTANCES
         for micro in range(first, first + STEP_INSTANCES):
-            batch = loader.batch(micro)
-            inputs = build_judge_inputs(
-                method.judge.tokenizer, batch.queries, batch.candidates, batch.targets, p.max_doc_tokens,
-                p.max_query_tokens, p.max_target_tokens, judge_layout(p.layout), p.injected_rows,
-            )  # fmt: skip
-            start = int(inputs.spans.query_index[:, 0].min())
-            with torch.no_grad(), torch.autocast(method.device.type, dtype=dtype or torch.float32,
-                                                 enabled=dtype is not None):  # fmt: skip
-                decoder(input_ids=inputs.input_ids[:, :start], attention_mask=inputs.attention_mask[:, :start],
-                        use_cache=True)  # fmt: skip
+            inputs = method.judge_inputs(loader.batch(micro))
+            with torch.autocast(method.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                start, _ = method.judge.prefix_pass(inputs)
             tokens += start * inputs.input_ids.shape[0]
         done.append(tokens)
 

@@ -231,6 +231,18 @@ class Judge(nn.Module):
         mask = inputs.target_mask.to(token_losses.dtype)
         return (token_losses * mask).sum(dim=1) / mask.sum(dim=1)
 
+    def prefix_pass(self, inputs: JudgeInput) -> tuple[int, object]:
+        """The prefix cache's pass: every row's positions before the earliest query start (documents only, all
+        real tokens) run once without autograd → (that start, their keys and values as a transformers cache)."""
+        if any(p.requires_grad for p in self.model.parameters()):
+            raise ValueError("the prefix cache needs a frozen judge (the judge-LoRA ablation trains its prefix)")
+        start = int(inputs.spans.query_index[:, 0].min())
+        with torch.no_grad():
+            prefix = self.causal_lm.get_decoder()(
+                input_ids=inputs.input_ids[:, :start], attention_mask=inputs.attention_mask[:, :start], use_cache=True
+            )
+        return start, prefix.past_key_values
+
     def target_token_losses(
         self, inputs: JudgeInput, plan: InjectionPlan | None = None, prefix_cache: bool = False
     ) -> torch.Tensor:
@@ -239,20 +251,11 @@ class Judge(nn.Module):
         decoder = lm.get_decoder()
         start = 0
         if prefix_cache:
-            if any(p.requires_grad for p in self.model.parameters()):
-                raise ValueError("the prefix cache needs a frozen judge (the judge-LoRA ablation trains its prefix)")
-            # every row's prefix: the positions before the earliest query start (all real tokens)
-            start = int(inputs.spans.query_index[:, 0].min())
-            with torch.no_grad():
-                prefix = decoder(
-                    input_ids=inputs.input_ids[:, :start],
-                    attention_mask=inputs.attention_mask[:, :start],
-                    use_cache=True,
-                )
+            start, past = self.prefix_pass(inputs)
             hidden = decoder(
                 input_ids=inputs.input_ids[:, start:],
                 attention_mask=inputs.attention_mask,
-                past_key_values=prefix.past_key_values,
+                past_key_values=past,
                 use_cache=True,
                 score_injection=plan.from_position(start) if plan is not None else None,
             ).last_hidden_state  # (B, T − start, D)

@@ -168,17 +168,22 @@ class Dream(TrainedDenseMethod):
     def gate(self) -> torch.Tensor:
         return torch.sigmoid(self.modules_.gamma)
 
-    def compute_loss(self, batch: CandidateBatch) -> tuple[torch.Tensor, dict[str, float]]:
+    def judge_inputs(self, batch: CandidateBatch):
+        """The judge's input for a batch (Eq. 6): token ids and the spans of documents, query and target."""
         from dreambench.judge import build_judge_inputs, judge_layout
 
+        p = self.params
+        return build_judge_inputs(
+            self.judge.tokenizer, batch.queries, batch.candidates, batch.targets,
+            p.max_doc_tokens, p.max_query_tokens, p.max_target_tokens, judge_layout(p.layout), p.injected_rows,
+        ).to(self.device)  # fmt: skip
+
+    def compute_loss(self, batch: CandidateBatch) -> tuple[torch.Tensor, dict[str, float]]:
         p = self.params
         seen = self.retriever.tokens_embedded
         scores = self.retriever.candidate_scores(batch.queries, batch.candidates)  # Eq. 2 (B, K)
         weights = torch.softmax(scores / self.tau, dim=-1)  # Eq. 3 p(d_j | q)
-        inputs = build_judge_inputs(
-            self.judge.tokenizer, batch.queries, batch.candidates, batch.targets,
-            p.max_doc_tokens, p.max_query_tokens, p.max_target_tokens, judge_layout(p.layout), p.injected_rows,
-        ).to(self.device)  # fmt: skip
+        inputs = self.judge_inputs(batch)
         plan = InjectionPlan(inputs.spans, weights, self.gate, self.heads_by_layer)
         loss = self.judge.target_loss(inputs, plan, prefix_cache=p.prefix_cache and not p.judge_lora)  # Eq. 10
         target = torch.tensor(batch.target_index, device=weights.device)
