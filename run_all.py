@@ -328,6 +328,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
+    if args.tune and args.dry_run:
+        from dreambench.tuning import describe
+
+        print(f"profile {config.profile}; cache {workspace.cache_dir}; results {workspace.results_dir}")
+        print("\n".join(line for method in tuning for line in describe(profile, config, method, workspace)))
+        return 0
     if args.tune:
         return tune(profile, config, tuning, workspace)
     if args.dry_run:

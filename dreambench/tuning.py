@@ -116,6 +116,46 @@ def tune(profile: Profile, config: RunConfig, method: str, workspace: Workspace)
     return _write(path, profile, config, method, grid, points, chosen, complete=True)
 
 
+def training_state(folder: Path) -> str:
+    """A training run's cache state, as ``--dry-run`` prints it."""
+    if (folder / "final.pt").is_file():
+        return "trained weights cached"
+    if (folder / "checkpoint.pt").is_file():
+        return "resumes from its last checkpoint"
+    return "trains"
+
+
+def describe(profile: Profile, config: RunConfig, method: str, workspace: Workspace) -> list[str]:
+    """What ``--tune --dry-run`` prints for ``method``: every axis, and for the points that are known before
+    anything trains (the first axis, or every axis once a stored search has chosen the earlier ones) their
+    checkpoint and whether it is cached. Nothing is trained or loaded."""
+    grid = profile.tuning[method]
+    stored = load_tuning(workspace.results_dir, profile.name).get(method) or {}
+    done = {(p["axis"], repr(p["value"])): p for p in stored.get("points", [])}
+    axes = f"{len(grid)} {'axis' if len(grid) == 1 else 'axes'}"
+    lines = [f"{method}: {axes}, coordinate search in this order, {config.train.steps} steps per point"]
+    chosen: dict[str, Any] = {}
+    for index, (key, values) in enumerate(grid):
+        lines.append(f"  {key}: {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in values)}")
+        for value in values:
+            point = done.get((key, repr(value)))
+            if point is not None:
+                mrr = point.get("heldout_mrr")
+                lines.append(f"    {value!s:<10} done: held-out MRR {'failed' if mrr is None else f'{mrr:.4f}'}")
+                continue
+            folder = METHODS.get(method)(apply_overrides(config, {**chosen, key: value}), workspace, "tune")
+            lines.append(f"    {value!s:<10} {training_state(folder.checkpoint_dir())} -> {folder.checkpoint_dir()}")
+        scored = [done[(key, repr(v))] for v in values if (key, repr(v)) in done]
+        usable = [p for p in scored if p.get("heldout_mrr") is not None and math.isfinite(p["heldout_mrr"])]
+        if len(scored) < len(values) or not usable:
+            rest = [k for k, _ in list(grid)[index + 1 :]]
+            if rest:
+                lines.append(f"  then {', '.join(rest)}: their points depend on this axis's choice")
+            break
+        chosen[key] = max(usable, key=lambda p: p["heldout_mrr"])["value"]
+    return lines
+
+
 def _write(path: Path, profile: Profile, config: RunConfig, method: str, grid: Any, points: list[dict[str, Any]],
            chosen: dict[str, Any], complete: bool) -> dict[str, Any]:  # fmt: skip
     record = {

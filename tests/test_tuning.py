@@ -15,9 +15,15 @@ def _args(workspace):
 
 
 def test_tuning_trains_every_grid_point_and_keeps_the_held_out_best(workspace, capsys):
+    grid = PROFILES.get("smoke").tuning["infonce"]
+    # --dry-run describes the search and trains nothing: only the first axis's points are known in advance
+    assert run_all.main([*_args(workspace), "--tune", "--dry-run", "--methods", "infonce"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(" trains -> ") == len(grid[0][1]) and "their points depend on this axis's choice" in out
+    assert not (workspace.cache_dir / "checkpoints").exists() and not load_tuning(workspace.results_dir, "smoke")
+
     assert run_all.main([*_args(workspace), "--tune", "--methods", "infonce"]) == 0
     record = load_tuning(workspace.results_dir, "smoke")["infonce"]
-    grid = PROFILES.get("smoke").tuning["infonce"]
     assert record["complete"] and [p["axis"] for p in record["points"]] == [k for k, vs in grid for _ in vs]
     chosen = {}
     for key, values in grid:  # coordinate search: each axis picks its best point given the earlier choices
@@ -30,6 +36,8 @@ def test_tuning_trains_every_grid_point_and_keeps_the_held_out_best(workspace, c
     # the evaluation sets were never touched: no result file exists, only the tuning record
     assert not list((workspace.results_dir / "smoke").glob("infonce/*/*.json"))
     assert "infonce: chose" in capsys.readouterr().out
+    assert run_all.main([*_args(workspace), "--tune", "--dry-run", "--methods", "infonce"]) == 0
+    assert capsys.readouterr().out.count(" done: held-out MRR ") == sum(len(vs) for _, vs in grid)
 
     # a second search is served from the trained checkpoints (resumable, nothing retrained)
     before = {p.parent.name: p.stat().st_mtime_ns for p in (workspace.cache_dir / "checkpoints" / "smoke").glob("*/final.pt")}
