@@ -2,6 +2,7 @@
 
     python -m dreambench.perf --run      # run the speed benchmarks (minutes), then write the report
     python -m dreambench.perf            # re-render from reports/performance.json (+ performance-cuda.json)
+    python -m dreambench.perf --fingerprint   # this tree's code fingerprint, to compare with a run's
 
 The benchmarks (``benchmarks/``): one training step per method on the mini shapes (``test_step_*``), the
 retriever's encoding rate (``test_encode``), the judge step with and without injection
@@ -13,11 +14,24 @@ report names the hardware, gives every ratio the targets are stated in, and plot
 from __future__ import annotations
 
 import argparse
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
 
 from .workspace import PROJECT_ROOT
+
+CODE_FOLDERS = ("dreambench", "methods", "benchmarks")
+
+
+def code_fingerprint(root: Path = PROJECT_ROOT) -> str:
+    """sha256 (12 hex digits) of every ``*.py`` file under dreambench/, methods/ and benchmarks/, paths and
+    contents. Each benchmark run records it (``benchmarks/conftest.py``), so a run made where git metadata is
+    missing or stale (a copied tree on a GPU machine) still names exactly the code it timed."""
+    digest = hashlib.sha256()
+    for path in sorted(p for folder in CODE_FOLDERS for p in (root / folder).rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
 
 
 def default_json() -> Path:
@@ -38,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", action="store_true", help="run the benchmarks first (minutes)")
     parser.add_argument("--json", type=Path, default=None, help="default: reports/performance[-cuda].json")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "reports" / "performance.md")
+    parser.add_argument("--fingerprint", action="store_true", help="print this tree's code fingerprint and exit")
     args = parser.parse_args(argv)
+    if args.fingerprint:
+        print(code_fingerprint())
+        return 0
     args.json = args.json or default_json()
     if args.run:
         command = [sys.executable, "-m", "pytest", *(str(PROJECT_ROOT / "benchmarks" / f) for f in FILES), "-k", SELECTION,

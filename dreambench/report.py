@@ -1154,7 +1154,17 @@ def load_benchmarks(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, An
         for b in payload["benchmarks"]
     }  # fmt: skip
     return rows, {"machine": payload.get("machine_info", {}), "commit": payload.get("commit_info", {}),
-                  "datetime": payload.get("datetime")}  # fmt: skip
+                  "datetime": payload.get("datetime"), "code": payload.get("code_fingerprint")}  # fmt: skip
+
+
+def _run_source(meta: dict[str, Any]) -> str:
+    """Which code a benchmark run timed: its git commit and, when recorded, its code fingerprint."""
+    commit = meta["commit"] or {}
+    text = f"commit {str(commit.get('id', '?'))[:10]}{' with uncommitted changes' if commit.get('dirty') else ''}"
+    if meta.get("code"):
+        text += (f", code fingerprint {meta['code']} (`python -m dreambench.perf --fingerprint` prints a tree's: "
+                 "the sha256 of its dreambench/, methods/ and benchmarks/ sources)")  # fmt: skip
+    return text
 
 
 def _bench_ratio(rows: dict[str, dict[str, Any]], top: str | tuple[str, ...], bottom: str, field: str) -> float | None:
@@ -1224,7 +1234,7 @@ def render_performance(json_path: Path, out: Path) -> Path:
         "",
         f"Hardware: {cpu}, {(machine.get('cpu') or {}).get('count', '?')} logical cores; "
         f"{machine.get('system', '')} {machine.get('release', '')}; Python {machine.get('python_version', '?')}. "
-        f"One run of `python -m dreambench.perf --run` at commit {str((meta['commit'] or {}).get('id', '?'))[:10]} "
+        f"One run of `python -m dreambench.perf --run` at {_run_source(meta)} "
         f"({meta['datetime']}); every ratio below is computed within that run. Absolute times are context only.",
         "",
         "## Targets",
@@ -1273,8 +1283,7 @@ def _gpu_performance(json_path: Path, out: Path) -> list[str]:
         "## GPU",
         "",
         f"Device: {', '.join(gpus) or 'a CUDA device'}; bf16. One run of `python -m dreambench.perf --run` on that "
-        f"machine at commit {str((meta['commit'] or {}).get('id', '?'))[:10]}"
-        f"{' with uncommitted changes' if (meta['commit'] or {}).get('dirty') else ''} ({meta['datetime']}), "
+        f"machine at {_run_source(meta)} ({meta['datetime']}), "
         f"kept as `{json_path.name}`: every ratio in this section is computed within that run.",
         "",
     ]

@@ -2,6 +2,7 @@
 
 import json
 
+from dreambench.perf import CODE_FOLDERS, code_fingerprint
 from dreambench.report import render_performance as render
 
 
@@ -16,7 +17,7 @@ def test_performance_report_computes_the_target_ratios_within_one_run(tmp_path):
              if not (impl == "sdpa" and h == 9)]  # fmt: skip
     payload = {
         "machine_info": {"cpu": {"brand_raw": "Test CPU", "count": 2}, "python_version": "3.11"},
-        "commit_info": {"id": "abc"}, "datetime": "now",
+        "commit_info": {"id": "abc", "dirty": True}, "datetime": "now", "code_fingerprint": "0123456789ab",
         "benchmarks": [
             _bench("test_step_infonce", 4.0, tokens_per_s=400.0),
             _bench("test_step_dream[prefix-cached]", 5.0),
@@ -31,6 +32,7 @@ def test_performance_report_computes_the_target_ratios_within_one_run(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps(payload))
     text = render(tmp_path / "b.json", tmp_path / "performance.md").read_text()
     assert "Test CPU, 2 logical cores" in text
+    assert "at commit abc with uncommitted changes, code fingerprint 0123456789ab" in text
     assert "| DREAM training step / InfoNCE step | 1.25× | at most 1.3× | yes |" in text
     assert "| judge forward+backward with injection / without | 1.20× | at most 1.1× | **no** |" in text
     assert "| retriever training tokens/s / encoding tokens/s | 0.40× | at least 0.3× | yes |" in text
@@ -38,3 +40,15 @@ def test_performance_report_computes_the_target_ratios_within_one_run(tmp_path):
     assert "| Revela step / InfoNCE step | not measured |" in text
     assert "(InfoNCE step + the judge's no-grad pass over the documents) / InfoNCE step | 1.45× |" in text
     assert "eager / kernel" in text and (tmp_path / "performance_sweep.png").is_file()
+
+
+def test_the_code_fingerprint_names_the_sources_and_nothing_else(tmp_path):
+    for folder in CODE_FOLDERS:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "a.py").write_text("x = 1\n")
+    before = code_fingerprint(tmp_path)
+    (tmp_path / "dreambench" / "notes.txt").write_text("not code")
+    (tmp_path / "README.md").write_text("not code")
+    assert code_fingerprint(tmp_path) == before and len(before) == 12
+    (tmp_path / "methods" / "a.py").write_text("x = 2\n")
+    assert code_fingerprint(tmp_path) != before
