@@ -58,6 +58,15 @@ def register_method(name: str):
     return decorator
 
 
+def checkpoint_state(folder: Path) -> str:
+    """A training run's cache state, as ``--dry-run`` prints it."""
+    if (folder / "final.pt").is_file():
+        return "trained weights cached"
+    if (folder / "checkpoint.pt").is_file():
+        return "resumes training from its last checkpoint"
+    return "trains first"
+
+
 @dataclass(frozen=True)
 class NoParams:
     pass

@@ -14,7 +14,7 @@ from typing import Any
 from . import distributed
 from .config import ConfigError, RunConfig, apply_overrides, check_ranges, fingerprint, to_jsonable
 from .evaluation.metrics import MEASURES, drop_identical_ids, evaluate, top_k
-from .method import METHODS, LexicalMethod, Method
+from .method import METHODS, LexicalMethod, Method, checkpoint_state
 from .profiles import Experiment, Profile
 from .results import SEED_MARK, ResultKey, cached_result, write_result
 from .tasks import (
@@ -398,13 +398,8 @@ class Runner:
             needs = resource_estimate(method)
             train = ""
             if method.trainable and pending:
-                folder = method.checkpoint_dir()
-                if (folder / "final.pt").is_file():
-                    train = " (trained weights cached)"
-                elif (folder / "checkpoint.pt").is_file():
-                    train = " (resumes training from its last checkpoint)"
-                else:
-                    train = f" (trains first: {job.config.train.steps} steps)"
+                state = checkpoint_state(method.checkpoint_dir())
+                train = f" ({state}{f': {job.config.train.steps} steps' if state == 'trains first' else ''})"
             lines.append(f"{job.experiment.method}/{job.experiment.name}{train}:")
             if needs:
                 lines.append(f"  needs {needs}")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, apply_overrides, check_ranges, fingerprint, to_jsonable
-from .method import METHODS
+from .method import METHODS, checkpoint_state
 from .profiles import Profile
 from .workspace import Workspace, git_info, write_json_atomic
 
@@ -116,15 +116,6 @@ def tune(profile: Profile, config: RunConfig, method: str, workspace: Workspace)
     return _write(path, profile, config, method, grid, points, chosen, complete=True)
 
 
-def training_state(folder: Path) -> str:
-    """A training run's cache state, as ``--dry-run`` prints it."""
-    if (folder / "final.pt").is_file():
-        return "trained weights cached"
-    if (folder / "checkpoint.pt").is_file():
-        return "resumes from its last checkpoint"
-    return "trains"
-
-
 def describe(profile: Profile, config: RunConfig, method: str, workspace: Workspace) -> list[str]:
     """What ``--tune --dry-run`` prints for ``method``: every axis, and for the points that are known before
     anything trains (the first axis, or every axis once a stored search has chosen the earlier ones) their
@@ -144,7 +135,7 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
                 lines.append(f"    {value!s:<10} done: held-out MRR {'failed' if mrr is None else f'{mrr:.4f}'}")
                 continue
             folder = METHODS.get(method)(apply_overrides(config, {**chosen, key: value}), workspace, "tune")
-            lines.append(f"    {value!s:<10} {training_state(folder.checkpoint_dir())} -> {folder.checkpoint_dir()}")
+            lines.append(f"    {value!s:<10} {checkpoint_state(folder.checkpoint_dir())} -> {folder.checkpoint_dir()}")
         scored = [done[(key, repr(v))] for v in values if (key, repr(v)) in done]
         usable = [p for p in scored if p.get("heldout_mrr") is not None and math.isfinite(p["heldout_mrr"])]
         if len(scored) < len(values) or not usable:

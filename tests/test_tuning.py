@@ -19,7 +19,7 @@ def test_tuning_trains_every_grid_point_and_keeps_the_held_out_best(workspace, c
     # --dry-run describes the search and trains nothing: only the first axis's points are known in advance
     assert run_all.main([*_args(workspace), "--tune", "--dry-run", "--methods", "infonce"]) == 0
     out = capsys.readouterr().out
-    assert out.count(" trains -> ") == len(grid[0][1]) and "their points depend on this axis's choice" in out
+    assert out.count(" trains first -> ") == len(grid[0][1]) and "their points depend on this axis's choice" in out
     assert not (workspace.cache_dir / "checkpoints").exists() and not load_tuning(workspace.results_dir, "smoke")
 
     assert run_all.main([*_args(workspace), "--tune", "--methods", "infonce"]) == 0
