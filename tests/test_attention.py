@@ -208,6 +208,36 @@ def test_kernel_equals_reference_on_gpu():
         assert torch.allclose(a, b, atol=1e-3, rtol=1e-3)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_prefix_cached_judge_on_gpu_equals_the_full_pass_and_the_cpu():
+    """DREAM's judge pass on CUDA (fp32 tiny Llama, padded batch, 4 injected heads): the prefix-cached pass
+    equals the full pass, and both equal the fp64 CPU pass, in loss and in the retriever scores' gradient."""
+    from judge_cases import judge_case
+
+    from dreambench.attention import use_kernel
+    from dreambench.judge import Judge
+    from dreambench.models.backbones import load_model, tiny_tokenizer
+
+    results = {}
+    for device, dtype in (("cpu", torch.float64), ("cuda", torch.float32)):
+        model = load_model("tiny-llama", workspace=None, causal_lm=True, seed=3).to(device=device, dtype=dtype)
+        for parameter in model.parameters():
+            parameter.requires_grad_(False)
+        judge = Judge(use_kernel(model.eval()), tiny_tokenizer(), "tiny-llama")
+        inputs, scores, plan = judge_case(judge, 0.7)
+        for cached in (False, True):
+            loss = judge.target_loss(inputs, plan, prefix_cache=cached)
+            (grad,) = torch.autograd.grad(loss, scores, retain_graph=True)
+            results[device, cached] = (loss.detach().double().cpu(), grad.double().cpu())
+    reference_loss, reference_grad = results["cpu", False]
+    assert reference_grad.abs().max() > 1e-6  # the comparison is not between two zeros
+    for (device, cached), (loss, grad) in results.items():
+        tolerance = 1e-10 if device == "cpu" else 1e-4
+        assert torch.allclose(loss, reference_loss, rtol=0, atol=tolerance), (device, cached)
+        assert torch.allclose(grad, reference_grad, rtol=0, atol=tolerance), (device, cached)
+
+
 @pytest.mark.parametrize("use_mask", [True, False])
 def test_eager_full_matrix_equals_reference_values_and_gradients(use_mask):
     """The vectorised eager implementation (the speed benchmarks' baseline) is Eq. 7–9 too."""

@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from judge_cases import judge_case
 
 from dreambench.config import apply_overrides
 from dreambench.heads import HeadRanking, HeadScore, rank_heads, select_heads
@@ -174,27 +175,6 @@ def test_bad_dream_params_are_clear_errors(workspace):
         METHODS.get("dream")(apply_overrides(SMOKE, {"methods.dream.tau_init": 0}), workspace)
 
 
-def _judge_case(judge, gate=0.7, seed=0):
-    """Two instances of different lengths (so the batch is padded), 3 candidates each, 4 selected heads."""
-    from dreambench.attention import InjectionPlan
-
-    queries = ["which river crosses the old town?", "who built the tower?"]
-    candidates = [
-        ["The Arno crosses Florence.", "A tower of stone stands by the sea wall.", "Bread is baked at dawn."],
-        ["Giotto designed the bell tower in 1334 for the cathedral.", "Rivers flood.", "The sea is salty."],
-    ]
-    targets = ["The Arno crosses Florence.", "Giotto designed the bell tower in 1334 for the cathedral."]
-    inputs = build_judge_inputs(judge.tokenizer, queries, candidates, targets, 32, 16, 32)
-    generator = torch.Generator().manual_seed(seed)
-    dtype = next(judge.model.parameters()).dtype
-    scores = torch.randn(2, 3, generator=generator, dtype=dtype).requires_grad_(True)
-    layers, heads = judge.num_layers, judge.num_heads
-    pairs = [(layers - 1, 0), (layers // 2, heads - 1), (layers // 2, 0), (1, heads // 2)]
-    plan = InjectionPlan(inputs.spans, torch.softmax(scores / 0.5, -1),
-                         torch.tensor(gate, dtype=dtype), InjectionPlan.heads_by_layer(pairs))  # fmt: skip
-    return inputs, scores, plan
-
-
 @pytest.mark.parametrize("gate", [0.0, 0.7, 1.0])
 def test_prefix_cached_judge_equals_the_full_pass_in_loss_and_score_gradients(gate):
     """fp64 tiny Llama (grouped-query attention), a padded batch: equal to 1e-10."""
@@ -207,7 +187,7 @@ def test_prefix_cached_judge_equals_the_full_pass_in_loss_and_score_gradients(ga
     from dreambench.attention import use_kernel
 
     judge = Judge(use_kernel(model), tiny_tokenizer(), "tiny-llama")
-    inputs, scores, plan = _judge_case(judge, gate)
+    inputs, scores, plan = judge_case(judge, gate)
     full = judge.target_loss(inputs, plan)
     (full_grad,) = torch.autograd.grad(full, scores, retain_graph=True)
     cached = judge.target_loss(inputs, plan, prefix_cache=True)
@@ -225,7 +205,7 @@ def test_prefix_cache_refuses_a_trainable_judge():
     from dreambench.models.backbones import load_model
 
     judge = Judge(load_model("tiny-llama", workspace=None, causal_lm=True, seed=3).eval(), tiny_tokenizer(), "t")
-    inputs, _, plan = _judge_case(judge)
+    inputs, _, plan = judge_case(judge)
     with pytest.raises(ValueError, match="frozen judge"):
         judge.target_loss(inputs, plan, prefix_cache=True)
 
@@ -249,7 +229,7 @@ def test_judge_weights_stored_in_the_autocast_dtype_give_identical_loss_and_grad
             converted = store_frozen_linears(j.causal_lm, torch.bfloat16)
             assert converted == 7 * j.num_layers  # q, k, v, o, gate, up, down per layer; the tied head stays
             assert j.causal_lm.get_input_embeddings().weight.dtype == torch.float32
-        inputs, scores, plan = _judge_case(j, 0.7)
+        inputs, scores, plan = judge_case(j, 0.7)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = j.target_loss(inputs, plan, prefix_cache=True)
         (grad,) = torch.autograd.grad(loss, scores)
@@ -267,7 +247,7 @@ def test_prefix_cached_judge_equals_the_full_pass_on_smollm2(tmp_path):
     from dreambench.workspace import Workspace
 
     judge = Judge.load("smollm2-135m-instruct", Workspace.resolve(cache_dir=_model_cache(tmp_path))).eval()
-    inputs, scores, plan = _judge_case(judge, 0.5)
+    inputs, scores, plan = judge_case(judge, 0.5)
     full = judge.target_loss(inputs, plan)
     (full_grad,) = torch.autograd.grad(full, scores, retain_graph=True)
     cached = judge.target_loss(inputs, plan, prefix_cache=True)
