@@ -543,7 +543,7 @@ def plot_ablation(frame: pd.DataFrame, group: str, path: Path) -> bool:
 
 def plot_training_curves(frame: pd.DataFrame, path: Path) -> bool:
     """Per trained main-table run (every seed): training loss (10-step moving mean) and, for DREAM, τ and g
-    over the steps — from the curves stored in the results."""
+    over the steps — from the curves stored in the results. One colour per method, one line style per seed."""
     runs = {}
     sub = frame[(frame.metric == "ndcg_at_10") & frame.training.notna()]
     for method, experiment, seed, training in zip(sub.method, sub.experiment, sub.seed, sub.training, strict=True):
@@ -557,14 +557,16 @@ def plot_training_curves(frame: pd.DataFrame, path: Path) -> bool:
     scalars = [k for k in ("tau", "gate") if any(c.get(k) for c in runs.values())]
     fig, axes = plt.subplots(1, 1 + len(scalars), figsize=(5.5 * (1 + len(scalars)), 4), squeeze=False)
     labels = sorted({row for row, _ in runs})
+    seeds = sorted({seed or 0 for _, seed in runs})
+    styles = ("-", "--", ":", "-.")  # a method's colour, a seed's line style
     for (row, seed), curve in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-        color = f"C{labels.index(row)}"
+        look = {"color": f"C{labels.index(row)}", "linestyle": styles[seeds.index(seed or 0) % len(styles)],
+                "label": f"{row} (seed {seed})"}  # fmt: skip
         loss = pd.Series(curve["loss"], index=curve["step"], dtype=float)
-        axes[0][0].plot(loss.rolling(10, min_periods=1).mean(), color=color, alpha=0.8,
-                        label=f"{row} (seed {seed})")  # fmt: skip
+        axes[0][0].plot(loss.rolling(10, min_periods=1).mean(), alpha=0.8, **look)
         for ax, key in zip(axes[0][1:], scalars, strict=True):
             if curve.get(key):
-                ax.plot(curve["step"], curve[key], color=color, label=f"{row} (seed {seed})")
+                ax.plot(curve["step"], curve[key], **look)
     axes[0][0].set(title="training loss (10-step moving mean; each method's own loss)", xlabel="step",
                    yscale="log")  # fmt: skip
     names = {"tau": "DREAM τ (softmax temperature)", "gate": "DREAM g = σ(γ) (injection gate)"}
