@@ -641,22 +641,51 @@ SIGNAL_NOTE = (
 )
 
 
+def _runs_by_method(training: pd.DataFrame):
+    """The training table's rows grouped by method/experiment (the seeds of one row together)."""
+    return training.groupby(training.index.str.replace(r" \[seed .*\]$", "", regex=True))
+
+
+def learned(before: float, after: float, instances: int) -> bool:
+    """A run learned when its held-out top-1 is clearly above the untrained one: the exact (Clopper–Pearson)
+    95% interval of the trained top-1 over the held-out instances lies above the untrained value."""
+    from scipy.stats import binomtest
+
+    hits = round(after * instances)
+    return bool(binomtest(hits, instances).proportion_ci(0.95, method="exact").low > before)
+
+
+def seeds_learned(training: pd.DataFrame | None) -> dict[str, tuple[int, int]]:
+    """Per trained method/experiment: (seeds that learned, see :func:`learned`; seeds run)."""
+    if training is None or training.empty:
+        return {}
+    return {name: (sum(learned(b, a, int(n)) for b, a, n in zip(rows["held-out top-1 before"],
+                                                              rows["held-out top-1 after"],
+                                                              rows["held-out instances"], strict=True)), len(rows))
+            for name, rows in _runs_by_method(training)}  # fmt: skip
+
+
 def learning_verdicts(training: pd.DataFrame) -> list[str]:
     """Per trained method/experiment: in how many seeds did the held-out top-1 rise, and by how much."""
     if training.empty:
         return []
     lines = []
-    base = training.index.str.replace(r" \[seed .*\]$", "", regex=True)
-    for name, rows in training.groupby(base):
+    learned_seeds = seeds_learned(training)
+    for name, rows in _runs_by_method(training):
         before, after = rows["held-out top-1 before"], rows["held-out top-1 after"]
-        rose = int((after > before).sum())
+        rose = learned_seeds[name][0]
         lines.append(
-            f"- `{name}`: held-out top-1 rose in {rose} of {len(rows)} seed(s); mean {before.mean():.3f} → "
+            f"- `{name}`: learned in {rose} of {len(rows)} seed(s); held-out top-1 mean {before.mean():.3f} → "
             f"{after.mean():.3f} (per seed: {', '.join(f'{a:.2f}' for a in after)}; chance "
             f"{rows['chance top-1'].mean():.3f})"
             + ("" if rose == len(rows) else " — **did not learn in every seed**")
         )
-    return lines + [""]
+    return lines + [
+        "",
+        "A run *learned* when its held-out top-1 is clearly above the untrained one: the exact (Clopper–Pearson) "
+        "95% interval of the trained top-1 over the held-out instances lies above the untrained value.",
+        "",
+    ]
 
 
 # the paper's claims (DREAM §4.2 and §5–6) checked on this profile's results
@@ -668,18 +697,22 @@ BASELINE_CLAIMS = (
 PAPER_HEAD_COUNTS = (1, 4, 8, 16, 32, 64)  # Fig. 3; the paper finds 16 best
 
 
-def claims_table(frame: pd.DataFrame, main: pd.DataFrame, p_values: pd.DataFrame) -> pd.DataFrame:
+def claims_table(
+    frame: pd.DataFrame, main: pd.DataFrame, p_values: pd.DataFrame, training: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Each of the paper's claims checked on these results, whichever way it falls.
 
     Main-table claims: per dataset, DREAM's mean NDCG@10 (over seeds) against the baseline's, with the number
     of sets where the paired test (corrected; the table's marks) finds DREAM significantly ahead or behind.
     Verdict: *does not hold* when DREAM is behind on every dataset or significantly behind on any; *holds* when
     it is ahead on every dataset and significantly ahead on at least one (*ahead, not significantly* when on
-    none); *mixed* otherwise. Ablation claims compare single-seed runs (the ablations' seed; the default's run
+    none); *mixed* otherwise. When DREAM or the baseline did not learn in every seed (``training``: the held-out
+    top-1 did not rise), the verdict says so: it then compares a model that barely moved. Ablation claims compare single-seed runs (the ablations' seed; the default's run
     of that seed as reference) on the ablation's sets, by the mean over those sets (no test: one seed).
     """
     rows = []
     sets = [c for c in main.columns if not str(c).startswith("avg ")]
+    learned_seeds = seeds_learned(training)
     for claim, other in BASELINE_CLAIMS:
         both_ran = "dream" in main.index and other in main.index
         diff = (main.loc["dream", sets] - main.loc[other, sets]).dropna() if both_ran else pd.Series()  # sets both have
@@ -696,9 +729,14 @@ def claims_table(frame: pd.DataFrame, main: pd.DataFrame, p_values: pd.DataFrame
             verdict = "holds" if sig_ahead else "ahead, not significantly"
         else:
             verdict = "mixed"
-        rows.append({"claim": claim, "measured": f"ahead on {ahead} of {len(diff)} sets, behind on {behind}; mean "
-                     f"difference {diff.mean():+.4f}; significantly ahead on {sig_ahead}, significantly behind on "
-                     f"{sig_behind} (p < 0.05)", "verdict": verdict})  # fmt: skip
+        measured = (f"ahead on {ahead} of {len(diff)} sets, behind on {behind}; mean difference {diff.mean():+.4f}; "
+                    f"significantly ahead on {sig_ahead}, significantly behind on {sig_behind} (p < 0.05)")  # fmt: skip
+        stalled = [(m, *learned_seeds[m]) for m in ("dream", other)
+                   if m in learned_seeds and learned_seeds[m][0] < learned_seeds[m][1]]  # fmt: skip
+        if stalled:
+            measured += "; " + "; ".join(f"{m} learned in {r} of {n} seed(s)" for m, r, n in stalled)
+            verdict += f" — but {' and '.join(m for m, _, _ in stalled)} did not learn in every seed"
+        rows.append({"claim": claim, "measured": measured, "verdict": verdict})
     ablations = frame[(frame.metric == "ndcg_at_10") & (frame.group != "main")]
     seed = ablations.seed.min() if not ablations.empty else None
     single = frame[(frame.metric == "ndcg_at_10") & (frame.seed == seed)] if seed is not None else frame.iloc[:0]
@@ -980,7 +1018,8 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         "",
         *main_note,
     ]
-    claims = claims_table(frame, main, p_values)
+    training = training_table(frame)
+    claims = claims_table(frame, main, p_values, training)
     claims.to_csv(out / "claims.csv")
     sections += [
         "## The paper's claims at this scale",
@@ -1008,7 +1047,6 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
             table.to_latex(out / f"{group}.tex", float_format="%.4f")
         if plot_ablation(frame, group, out / f"{group}.png"):
             sections += [f"![{group}]({group}.png)", ""]
-    training = training_table(frame)
     if not training.empty:
         training.to_csv(out / "training.csv", float_format="%.4f")
         sections += [

@@ -120,4 +120,12 @@ def test_the_papers_claims_are_checked_whichever_way_they_fall():
     assert claims.at["16 heads is the best head count (Fig. 3)", "verdict"] == "does not hold (one seed)"
     significant = claims_table(frame, main, p_values.assign(**{"nano-scifact": [0.001, 0.01, 1.0]}))
     assert significant.at["DREAM beats REPLUG (Tables 1, 4–5)", "verdict"] == "holds"
+    # a baseline that did not learn in every seed: the verdict says so
+    training = pd.DataFrame({"held-out top-1 before": [0.2] * 4, "held-out top-1 after": [0.7, 0.8, 0.7, 0.1],
+                             "held-out instances": [100] * 4},
+                            index=["dream [seed 0]", "dream [seed 1]", "replug [seed 0]", "revela [seed 0]"])  # fmt: skip
+    caveat = claims_table(frame, main, p_values, training)
+    assert caveat.at["DREAM beats Revela (Tables 1, 4–5)", "verdict"] == "mixed — but revela did not learn in every seed"
+    assert "revela learned in 0 of 1 seed(s)" in caveat.at["DREAM beats Revela (Tables 1, 4–5)", "measured"]
+    assert caveat.at["DREAM beats InfoNCE (Tables 1, 4–5)", "verdict"] == "does not hold"  # both learned / not run
     assert "top 64 " in claims.at["16 heads is the best head count (Fig. 3)", "measured"]

@@ -265,19 +265,20 @@ def test_report_averages_seeds_and_shows_their_spread():
 
 
 def test_learning_verdicts_say_when_a_method_did_not_learn_in_every_seed():
-    from dreambench.report import learning_verdicts
+    from dreambench.report import learned, learning_verdicts
 
     training = pd.DataFrame(
-        {"held-out top-1 before": [0.21, 0.21, 0.21], "held-out top-1 after": [0.15, 0.30, 0.70],
-         "chance top-1": [0.125] * 3},
-        index=["dream [seed 0]", "dream [seed 1]", "infonce [seed 0]"],
+        {"held-out top-1 before": [0.21, 0.21, 0.21, 0.21], "held-out top-1 after": [0.15, 0.45, 0.25, 0.70],
+         "chance top-1": [0.125] * 4, "held-out instances": [100] * 4},
+        index=["dream [seed 0]", "dream [seed 1]", "revela [seed 0]", "infonce [seed 0]"],
     )  # fmt: skip
     lines = learning_verdicts(training)
-    assert lines[0].startswith("- `dream`: held-out top-1 rose in 1 of 2 seed(s); mean 0.210 → 0.225")
+    assert lines[0].startswith("- `dream`: learned in 1 of 2 seed(s); held-out top-1 mean 0.210 → 0.300")
     assert "did not learn in every seed" in lines[0]
-    assert (
-        lines[1].startswith("- `infonce`: held-out top-1 rose in 1 of 1") and "did not learn" not in lines[1]
-    )
+    assert lines[1].startswith("- `infonce`: learned in 1 of 1") and "did not learn" not in lines[1]
+    # 0.25 of 100 rose, but its exact 95% interval [0.169, 0.347] holds the untrained 0.21: not learned
+    assert lines[2].startswith("- `revela`: learned in 0 of 1") and "did not learn in every seed" in lines[2]
+    assert not learned(0.21, 0.25, 100) and learned(0.21, 0.25, 2000) and learned(0.19, 0.30, 100)
 
 
 def test_default_profile_plans_every_shipped_set_without_a_data_dir(workspace, capsys):
