@@ -473,7 +473,8 @@ class Runner:
     def _evaluate_one(self, job: Job, method: Method, name: str, key: ResultKey, deps: str) -> Outcome:
         exp = job.experiment
         try:
-            data = load_task(name, self.workspace, job.config)
+            with distributed.main_first():  # a set the suite builds (wiki-desc2lead): rank 0 writes it once
+                data = load_task(name, self.workspace, job.config)
             with method.timed("evaluate_s"):
                 result = evaluate_method(method, data, job.config)
         except (DatasetUnavailable, DatasetFormatError) as exc:

@@ -87,16 +87,22 @@ def write_json_atomic(target: Path, payload: Any) -> None:
 
 @contextmanager
 def atomic_dir(target: Path) -> Iterator[Path]:
-    """Build a directory under a temporary name; rename it into place only when complete."""
+    """Build a directory under a temporary name; rename it into place only when complete.
+
+    Every caller builds a keyed cache (the key is in the folder's name, and a folder that is present is
+    complete), so when another process finished the same build first, its folder is kept and this one is
+    discarded: deleting it could pull files from under a process that is reading them."""
     import shutil
 
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         yield tmp
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        try:
+            os.rename(tmp, target)  # fails when the target exists: another process completed it first
+        except OSError:
+            if not target.is_dir():
+                raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

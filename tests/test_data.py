@@ -204,3 +204,22 @@ def test_a_base_model_gets_the_few_shot_prompt_and_an_instruct_model_the_verbati
     assert text.startswith(QUERY_PROMPT.split("Passage:")[0])
     assert text.endswith("Passage:\nPASSAGE\n\nQuestion:\n<question>\n")
     assert parse_question("<question>\nWhich canal links the two seas?</") == "Which canal links the two seas?"
+
+
+def test_a_cache_folder_finished_by_another_process_first_is_kept_not_pulled_from_under_its_readers(tmp_path):
+    """Two processes building the same keyed folder (two ranks, two runs): the second to finish keeps the
+    first's folder, so a reader of the first never loses a file."""
+    from dreambench.workspace import atomic_dir
+
+    target = tmp_path / "set-abc"
+    with atomic_dir(target) as late:
+        (late / "corpus.jsonl").write_text("late\n")
+        with atomic_dir(target) as early:  # finishes while the other build is still writing
+            (early / "corpus.jsonl").write_text("early\n")
+        reader = (target / "corpus.jsonl").open()
+    assert reader.read() == "early\n" and (target / "corpus.jsonl").read_text() == "early\n"
+    reader.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["set-abc"]  # the discarded build left nothing behind
+    with atomic_dir(tmp_path / "new") as tmp:
+        (tmp / "a").write_text("a")
+    assert (tmp_path / "new" / "a").read_text() == "a"
