@@ -34,7 +34,9 @@ def launch(processes: int, *args: str, script: Path = WORKER) -> subprocess.Comp
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
                    str(script), *args]  # fmt: skip
     done = subprocess.run(command, cwd=PROJECT_ROOT, env=_env(), capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    # the launcher's traceback fills the tail; a rank's own error is the line that says why it stopped
+    errors = [line for line in done.stderr.splitlines() if " ERROR " in line or "Error:" in line]
+    assert done.returncode == 0, "\n".join(errors[:20]) + "\n…\n" + done.stderr[-2000:]
     return done
 
 
