@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-signal-check",
         action="store_true",
-        help="skip DREAM's signal check before training (dreambench.signal)",
+        help="skip DREAM's signal check, run after the main table (dreambench.signal)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print what would run and exit")
     parser.add_argument(
@@ -179,7 +179,7 @@ def build_data(config, workspace) -> int:
 
 
 def run_signal_checks(jobs, workspace) -> None:
-    """DREAM's signal check (``dreambench.signal``) before any DREAM training: cached, shown in the report."""
+    """DREAM's signal check (``dreambench.signal``), after the main table: cached, shown in the report."""
     from dreambench.signal import signal_check
 
     for job in jobs:  # seeds share one check: it does not depend on train.seed (cached by its inputs)
@@ -195,15 +195,26 @@ def run_signal_checks(jobs, workspace) -> None:
             )  # fmt: skip
 
 
-def run_stages(runner, jobs, workspace, profile: str, start: float, render: bool = True) -> list:
+def run_stages(runner, jobs, workspace, profile: str, start: float, render: bool = True, after_main=None) -> list:
     """Run the plan stage by stage (main table, ablations, further seeds), re-rendering the report after
-    each run, so an interruption leaves a complete report of what has run; print progress with an ETA."""
+    each run, so an interruption leaves a complete report of what has run; print progress with an ETA.
+    ``after_main`` (rank 0 only) runs once the main table is done, before the later stages."""
     from dreambench import distributed, report
-    from dreambench.runner import stage_jobs
+    from dreambench.runner import STAGES, stage_jobs
 
     say = logging.getLogger("run_all").info
     stages = stage_jobs(jobs)
     total, done, outcomes = len(jobs), 0, []
+
+    def hook() -> None:
+        if distributed.is_main():
+            after_main()
+            if render:
+                report.render(workspace.results_dir, workspace.reports_dir, profile)
+        distributed.barrier()
+
+    if after_main is not None and all(name != STAGES[0] for name, _ in stages):
+        hook()  # no main table in this plan: the hook runs first
     for number, (name, stage) in enumerate(stages, 1):
         say("stage %d of %d: %s (%d runs)", number, len(stages), name, len(stage))
         for job in stage:
@@ -218,6 +229,8 @@ def run_stages(runner, jobs, workspace, profile: str, start: float, render: bool
             say("stage %d of %d (%s): %d of %d runs done, %.0f min elapsed, ETA %.0f min for the remaining %d "
                 "(a rough mean of the runs so far; cached runs take seconds)", number, len(stages), name, done,
                 total, elapsed / 60, eta / 60, total - done)  # fmt: skip
+        if after_main is not None and name == STAGES[0]:
+            hook()
     return outcomes
 
 
@@ -342,10 +355,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(runner.describe(jobs)))
         return 0
     start = time.perf_counter()
-    if not args.no_signal_check and distributed.is_main():
-        run_signal_checks(jobs, workspace)
-    distributed.barrier()  # several processes: the others wait for rank 0's signal check
-    outcomes = run_stages(runner, jobs, workspace, config.profile, start, render=not args.shard)
+    # DREAM's signal check is a diagnostic for the report (minutes per head set): after the main table
+    signals = None if args.no_signal_check else (lambda: run_signal_checks(jobs, workspace))
+    outcomes = run_stages(runner, jobs, workspace, config.profile, start, render=not args.shard, after_main=signals)
     if not distributed.is_main():
         return 0  # rank 0 renders and prints
     path = None if args.shard else report.render(workspace.results_dir, workspace.reports_dir, config.profile)

@@ -440,6 +440,32 @@ def test_the_plan_runs_main_table_first_then_ablations_then_further_seeds():
     assert len(main) + len(ablations) + len(seeds) == len(jobs)
 
 
+
+def test_the_signal_check_runs_after_the_main_table_and_before_the_ablations(workspace):
+    """DREAM's signal check (minutes) must not delay the main table: it runs between stage 1 and stage 2;
+    with no main table in the plan, first."""
+    mini = PROFILES_.get("mini")
+    jobs = plan_jobs(mini, mini.config, seeds=list(mini.seeds))
+    order = []
+
+    class Recorder:
+        def run(self, batch):
+            order.extend(("main" if j.experiment.group == "main" and "@" not in j.experiment.name else "later")
+                         for j in batch)  # fmt: skip
+            return []
+
+    def hook():
+        order.append("signal")
+
+    run_all.run_stages(Recorder(), jobs, workspace, "mini", 0.0, render=False, after_main=hook)
+    assert order.count("signal") == 1
+    cut = order.index("signal")
+    assert set(order[:cut]) == {"main"} and set(order[cut + 1 :]) == {"later"} and cut > 0
+    order.clear()
+    ablations = [j for j in jobs if j.experiment.group != "main"]
+    run_all.run_stages(Recorder(), ablations, workspace, "mini", 0.0, render=False, after_main=hook)
+    assert order[0] == "signal" and order.count("signal") == 1
+
 def test_shards_split_the_plan_into_disjoint_parts(workspace, capsys):
     """--shard I/N: N processes (a SLURM array, say) take every N-th job; together they cover the plan once."""
     args = ["--profile", "smoke", "--data-dir", str(workspace.data_dir), "--results-dir", str(workspace.results_dir),
