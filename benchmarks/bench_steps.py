@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -64,7 +66,9 @@ def _step_instances(method, mini):
     return [inst for inst in data.train if inst.id in ids]
 
 
-def _run_step(benchmark, method, mini, rounds: int = 3):
+def _stepper(method, mini):
+    """The trainer core's optimiser step for ``method``: ``step(first)`` takes micro-batches ``first`` …
+    ``first + STEP_INSTANCES − 1`` (forward and backward of each, clipping, AdamW) → the tokens it processed."""
     from dreambench.data.loader import TrainingLoader
     from dreambench.models.backbones import autocast_dtype
 
@@ -76,11 +80,9 @@ def _run_step(benchmark, method, mini, rounds: int = 3):
     params = method.trainable_parameters()
     dtype = autocast_dtype(train.precision, method.device)
     method.trainable_modules().train()
-    tokens = []
 
-    def step():
-        # like training, each step takes the next instances (their lengths vary); every method the same ones
-        total, first = 0, len(tokens) * STEP_INSTANCES
+    def step(first: int) -> int:
+        total = 0
         for micro in range(first, first + STEP_INSTANCES):
             with torch.autocast(method.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
                 loss, stats = method.compute_loss(loader.batch(micro))
@@ -89,7 +91,18 @@ def _run_step(benchmark, method, mini, rounds: int = 3):
         torch.nn.utils.clip_grad_norm_(params, train.max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        tokens.append(total)
+        return total
+
+    step.dtype = dtype
+    return step
+
+
+def _run_step(benchmark, method, mini, rounds: int = 3):
+    one_step = _stepper(method, mini)
+    tokens = []
+
+    def step():  # like training, each step takes the next instances (their lengths vary); every method the same ones
+        tokens.append(one_step(len(tokens) * STEP_INSTANCES))
 
     assert rounds < STEPS_TAKEN
     step()  # warm-up (first-call allocations), outside the peak-memory window
@@ -102,7 +115,7 @@ def _run_step(benchmark, method, mini, rounds: int = 3):
             "tokens_per_step": sum(timed) / len(timed),
             "tokens_per_s": sum(timed) / benchmark.stats.stats.total,
             "peak_rss_mb": peak_rss_mb() if measured else None,
-            "precision": str(dtype or "fp32"),
+            "precision": str(one_step.dtype or "fp32"),
         }
     )
 
@@ -142,9 +155,69 @@ def test_step_revela(benchmark, mini):
     _run_step(benchmark, _method("revela", mini), mini, rounds=2)
 
 
-@pytest.mark.parametrize("prefix_cache", [True, False], ids=["prefix-cached", "full-pass"])
-def test_step_dream(benchmark, mini, prefix_cache):
-    _run_step(benchmark, _method("dream", mini, prefix_cache=prefix_cache), mini)
+def _filled_store_dream(mini, micro_batches: int):
+    """DREAM with its prefix store holding the first ``micro_batches`` training instances (the first run's work)."""
+    method = _method("dream", mini, prefix_cache=True, prefix_store_gb=8.0)
+    from dreambench.data.loader import TrainingLoader
+    from dreambench.models.backbones import autocast_dtype
+
+    config, _, data = mini
+    loader = TrainingLoader(data.train, method.view, 1, config.train.seed)
+    dtype = autocast_dtype(config.train.precision, method.device)
+    for micro in range(micro_batches):
+        batch = loader.batch(micro)
+        with torch.autocast(method.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            method.judge.prefix_pass(method.judge_inputs(batch), method.prefix_store, batch.instance_ids)
+    assert method.prefix_store.path(batch.instance_ids[0]).is_file()
+    return method
+
+
+@pytest.mark.parametrize("variant", ["prefix-stored", "prefix-cached", "full-pass"])
+def test_step_dream(benchmark, mini, variant):
+    """DREAM's step three ways: ``prefix-stored`` as DREAM trains once its prefix store holds the training set
+    (every run after the first over the same data: seeds, tuning points, head ablations), ``prefix-cached`` with
+    the documents' no-grad pass in the step (the first run), ``full-pass`` without the prefix cache."""
+    if variant == "prefix-stored":
+        method = _filled_store_dream(mini, STEPS_TAKEN * STEP_INSTANCES)
+    else:
+        method = _method("dream", mini, prefix_cache=variant == "prefix-cached", prefix_store_gb=0)
+    _run_step(benchmark, method, mini)
+    if variant == "prefix-stored":
+        benchmark.extra_info["prefix_store_hits"] = method.prefix_store.hits
+
+
+PAIRED_ROUNDS = 5
+
+
+def test_step_dream_vs_infonce_paired(benchmark, mini):
+    """DREAM (prefix stored) and InfoNCE steps alternated, each pair on the same four instances: the DREAM /
+    InfoNCE ratio from paired steps, so that the machine's speed drifting between two separate benchmarks (on a
+    shared 2-core VM, tens of percent within minutes) does not enter it. ``extra_info``: each method's median
+    step and the median of the per-pair ratios."""
+    dream = _stepper(_filled_store_dream(mini, (PAIRED_ROUNDS + 1) * STEP_INSTANCES), mini)
+    infonce = _stepper(_method("infonce", mini), mini)
+    times: dict[str, list[float]] = {"dream": [], "infonce": []}
+    done = []
+
+    def pair():
+        first = len(done) * STEP_INSTANCES
+        for name, step in (("dream", dream), ("infonce", infonce)):
+            start = time.perf_counter()
+            step(first)
+            times[name].append(time.perf_counter() - start)
+        done.append(first)
+
+    pair()  # warm-up
+    benchmark.pedantic(pair, rounds=PAIRED_ROUNDS, warmup_rounds=0)
+    dream_s, infonce_s = times["dream"][1:], times["infonce"][1:]
+    benchmark.extra_info.update(
+        {
+            "dream_median_s": statistics.median(dream_s),
+            "infonce_median_s": statistics.median(infonce_s),
+            "ratio": statistics.median(d / i for d, i in zip(dream_s, infonce_s)),
+            "pair_ratios": [round(d / i, 3) for d, i in zip(dream_s, infonce_s)],
+        }
+    )
 
 
 def test_judge_prefix(benchmark, mini):

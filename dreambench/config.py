@@ -305,6 +305,18 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+# Field metadata for a setting that changes only speed or disk use, never a number (a test holds each such
+# setting's results bit for bit equal both ways): it stays out of result fingerprints, so switching it reuses
+# the same results and checkpoints.
+NOT_A_DEPENDENCY = {"dependency": False}
+
+
+def dependencies_of(params: Any) -> dict[str, Any]:
+    """``to_jsonable(params)`` of a dataclass without its fields marked :data:`NOT_A_DEPENDENCY`."""
+    skip = {f.name for f in dataclasses.fields(params) if f.metadata.get("dependency") is False}
+    return {k: v for k, v in to_jsonable(params).items() if k not in skip}
+
+
 def fingerprint(*parts: Any, length: int = 12) -> str:
     """A short stable hash of JSON-serialisable parts (dataclasses included); keys every cache."""
     blob = json.dumps([to_jsonable(p) for p in parts], sort_keys=True, separators=(",", ":"))

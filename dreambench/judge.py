@@ -22,18 +22,30 @@ and target only, reading the cached keys and values — the injected heads' per-
 reads the same cache. Documents are most of the judge's tokens, so the backward pass shrinks accordingly.
 The full pass stays as the reference (the tests hold the two equal in loss and in the gradient w.r.t. the
 retriever's scores) and is what the judge-LoRA ablation uses, its prefix being trainable there.
+
+**Prefix store.** Those prefix keys and values depend on nothing a DREAM run learns or chooses: not the
+retriever, the selected heads, τ, g, the learning rate or the seed. Every run over the same training set —
+the seeds, the tuning grid, the head ablations — would compute the same tensors, so :class:`PrefixStore`
+keeps them on disk, one file per instance, and each prefix is computed once (like REPLUG's likelihood
+cache). A read returns bit for bit what the pass wrote, so a run's numbers do not depend on whether the
+store was warm (tests/test_dream.py).
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from .attention import AttentionProbe, InjectionPlan, SpanIndex, use_kernel
 from .models.backbones import load_model, load_tokenizer
-from .workspace import Workspace
+from .workspace import Workspace, atomic_path
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -216,11 +228,17 @@ class Judge(nn.Module):
         return next(self.model.parameters()).device
 
     def target_loss(
-        self, inputs: JudgeInput, plan: InjectionPlan | None = None, prefix_cache: bool = False
+        self,
+        inputs: JudgeInput,
+        plan: InjectionPlan | None = None,
+        prefix_cache: bool = False,
+        store: PrefixStore | None = None,
+        keys: list[str] | None = None,
     ) -> torch.Tensor:
         """Mean next-token cross entropy over the target tokens (Eq. 10); logits on target positions only.
-        ``prefix_cache``: compute the positions before the query without autograd (frozen judge only)."""
-        token_losses = self.target_token_losses(inputs, plan, prefix_cache)  # (B, Y)
+        ``prefix_cache``: compute the positions before the query without autograd (frozen judge only);
+        ``store``/``keys``: read and keep those positions' keys and values in a :class:`PrefixStore`."""
+        token_losses = self.target_token_losses(inputs, plan, prefix_cache, store, keys)  # (B, Y)
         return token_losses[inputs.target_mask].mean()
 
     def instance_losses(
@@ -231,27 +249,44 @@ class Judge(nn.Module):
         mask = inputs.target_mask.to(token_losses.dtype)
         return (token_losses * mask).sum(dim=1) / mask.sum(dim=1)
 
-    def prefix_pass(self, inputs: JudgeInput) -> tuple[int, object]:
+    def prefix_pass(
+        self, inputs: JudgeInput, store: PrefixStore | None = None, keys: list[str] | None = None
+    ) -> tuple[int, object]:
         """The prefix cache's pass: every row's positions before the earliest query start (documents only, all
-        real tokens) run once without autograd → (that start, their keys and values as a transformers cache)."""
+        real tokens) run once without autograd → (that start, their keys and values as a transformers cache).
+        With a ``store`` and the batch's one instance key, the keys and values are read from it when present
+        and written to it when computed."""
         if any(p.requires_grad for p in self.model.parameters()):
             raise ValueError("the prefix cache needs a frozen judge (the judge-LoRA ablation trains its prefix)")
         start = int(inputs.spans.query_index[:, 0].min())
+        prefix_ids = inputs.input_ids[:, :start]
+        stored = store is not None and keys is not None and len(keys) == 1
+        if stored:
+            past = store.load(keys[0], prefix_ids, self.causal_lm.config)
+            if past is not None:
+                return start, past
         with torch.no_grad():
             prefix = self.causal_lm.get_decoder()(
-                input_ids=inputs.input_ids[:, :start], attention_mask=inputs.attention_mask[:, :start], use_cache=True
+                input_ids=prefix_ids, attention_mask=inputs.attention_mask[:, :start], use_cache=True
             )
+        if stored:
+            store.save(keys[0], prefix_ids, prefix.past_key_values)
         return start, prefix.past_key_values
 
     def target_token_losses(
-        self, inputs: JudgeInput, plan: InjectionPlan | None = None, prefix_cache: bool = False
+        self,
+        inputs: JudgeInput,
+        plan: InjectionPlan | None = None,
+        prefix_cache: bool = False,
+        store: PrefixStore | None = None,
+        keys: list[str] | None = None,
     ) -> torch.Tensor:
         """Cross entropy of every target token → (B, Y), zero where ``target_mask`` is False."""
         lm = self.causal_lm
         decoder = lm.get_decoder()
         start = 0
         if prefix_cache:
-            start, past = self.prefix_pass(inputs)
+            start, past = self.prefix_pass(inputs, store, keys)
             hidden = decoder(
                 input_ids=inputs.input_ids[:, start:],
                 attention_mask=inputs.attention_mask,
@@ -287,3 +322,110 @@ class Judge(nn.Module):
             attention_probe=probe,
         )
         return probe.stacked()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the prefix store
+
+# the code that computes a stored prefix: a change to any of it gives a new store folder
+PREFIX_SOURCES = ("judge.py", "attention/__init__.py", "attention/injection.py", "models/backbones.py")
+
+
+def weights_fingerprint(model: nn.Module) -> str:
+    """sha256 (12 hex digits) of a model's parameter names, shapes, dtypes and a sample of its values (the first
+    4096 of each tensor): enough to tell two checkpoints apart without hashing gigabytes."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        digest.update(tensor.detach().reshape(-1)[:4096].float().cpu().numpy().tobytes())
+    return digest.hexdigest()[:12]
+
+
+class PrefixStore:
+    """The frozen judge's keys and values over each training instance's document prefix, kept on disk.
+
+    One safetensors file per instance holds every layer's keys and values and the prefix's token ids; a read
+    checks the ids and returns exactly the tensors that were written, so training reads what it would have
+    computed. The folder is keyed by everything the tensors depend on (:meth:`open`). Writes stop once the
+    folder holds ``limit_bytes`` (the prefixes not stored are then computed in each step, as without a store).
+    Only single-instance micro-batches and judges whose layers all keep their full keys and values (no sliding
+    window) are stored: for anything else the store is not used.
+    """
+
+    def __init__(self, folder: Path, limit_bytes: int):
+        self.folder = folder
+        self.limit_bytes = limit_bytes
+        folder.mkdir(parents=True, exist_ok=True)
+        self.bytes = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+        self.hits = self.writes = self.refused = 0
+        self._full_logged = False
+
+    @classmethod
+    def open(cls, workspace: Workspace, judge: Judge, settings: dict, limit_gb: float) -> PrefixStore:
+        """The store for ``judge`` under ``settings`` (whatever shapes the prefix: layout, document length
+        limit, the autocast precision): the folder's key adds the judge's weights, its device type, the torch
+        and transformers versions and the source of the code that computes it."""
+        import transformers
+
+        from .config import fingerprint
+
+        device = judge.device
+        package = Path(__file__).resolve().parent
+        sources = [(package / path).read_text() for path in PREFIX_SOURCES]
+        key = fingerprint(
+            settings, weights_fingerprint(judge.causal_lm), device.type, torch.__version__, transformers.__version__,
+            sources,
+        )  # fmt: skip
+        safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in judge.name)
+        return cls(workspace.cache("judge-prefix", f"{safe}-{key}"), int(limit_gb * 2**30))
+
+    def path(self, key: str) -> Path:
+        return self.folder / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.safetensors"
+
+    def load(self, key: str, prefix_ids: torch.Tensor, config) -> object | None:
+        """The stored keys and values of instance ``key`` as a transformers cache, or None (absent, or stored
+        for other token ids)."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+        from transformers import DynamicCache
+
+        path = self.path(key)
+        if not path.is_file():
+            return None
+        try:
+            tensors = load_file(path, device=str(prefix_ids.device))
+        except (SafetensorError, OSError) as error:
+            log.warning("prefix store: unreadable %s (%s); computing it again", path, error)
+            return None
+        if not torch.equal(tensors.pop("input_ids"), prefix_ids):
+            return None
+        layers = len(tensors) // 2
+        self.hits += 1
+        return DynamicCache([(tensors[f"k{i}"], tensors[f"v{i}"]) for i in range(layers)], config=config)
+
+    def save(self, key: str, prefix_ids: torch.Tensor, cache) -> None:
+        from safetensors.torch import save_file
+        from transformers.cache_utils import DynamicLayer
+
+        if any(type(layer) is not DynamicLayer for layer in cache.layers):
+            self.refused += 1  # a sliding window keeps only part of the keys: not stored
+            return
+        tensors = {"input_ids": prefix_ids.contiguous()}
+        for i, layer in enumerate(cache.layers):
+            tensors[f"k{i}"], tensors[f"v{i}"] = layer.keys.contiguous(), layer.values.contiguous()
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        if self.bytes + size > self.limit_bytes:
+            if not self._full_logged:
+                log.info("prefix store %s holds %.2f GB, its limit: further prefixes are computed in each step",
+                         self.folder, self.bytes / 2**30)  # fmt: skip
+                self._full_logged = True
+            return
+        with atomic_path(self.path(key)) as tmp:
+            save_file(tensors, str(tmp))
+            size = tmp.stat().st_size
+        self.bytes += size
+        self.writes += 1
+
+    def stats(self) -> dict[str, object]:
+        return {"prefix_store": str(self.folder), "prefix_store_hits": self.hits, "prefix_store_writes": self.writes,
+                "prefix_store_gb": round(self.bytes / 2**30, 3)}  # fmt: skip

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import distributed
-from .config import RunConfig, fingerprint, method_params, to_jsonable
+from .config import RunConfig, dependencies_of, fingerprint, method_params, to_jsonable
 from .evaluation.metrics import Run
 from .registry import Registry
 from .workspace import Workspace, atomic_path, write_json_atomic
@@ -90,7 +90,7 @@ class Method(abc.ABC):
         ev = self.config.eval
         return {
             "method": self.name,
-            "params": to_jsonable(self.params),
+            "params": dependencies_of(self.params),
             "eval": {"split": ev.split, "depth": ev.depth, "ignore_identical_ids": ev.ignore_identical_ids},
         }
 

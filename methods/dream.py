@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
 from dreambench.attention import InjectionPlan
+from dreambench.config import NOT_A_DEPENDENCY
 from dreambench.data.loader import CandidateBatch
 from dreambench.method import TrainedDenseMethod, register_method
 
@@ -44,6 +45,10 @@ class DreamParams:
     # only (dreambench.judge, "Prefix cache"; equal to the full pass up to float rounding). The judge-LoRA
     # ablation always takes the full pass (its prefix trains).
     prefix_cache: bool = True
+    # with the prefix cache, keep each instance's prefix keys/values on disk (dreambench.judge.PrefixStore) up to
+    # this many GiB, so that the seeds, tuning points and head ablations compute each prefix once; 0 = no store.
+    # Reads are bit-identical to computing, so it changes no number (not part of a result's fingerprint).
+    prefix_store_gb: float = field(default=8.0, metadata=NOT_A_DEPENDENCY)
     judge_lora_r: int = 16
     judge_lora_alpha: int = 32
     max_doc_tokens: int = 128  # per candidate inside the judge input
@@ -89,6 +94,8 @@ class Dream(TrainedDenseMethod):
             )
         if p.tau_init <= 0:
             raise ValueError(f"methods.dream.tau_init must be positive, got {p.tau_init}")
+        if p.prefix_store_gb < 0:
+            raise ValueError(f"methods.dream.prefix_store_gb must be non-negative, got {p.prefix_store_gb}")
         if p.scalar_lr < 0:
             raise ValueError(f"methods.dream.scalar_lr must be non-negative, got {p.scalar_lr}")
         from dreambench.judge import INJECTED_ROWS, LAYOUTS
@@ -140,7 +147,14 @@ class Dream(TrainedDenseMethod):
             )
         # the judge only ever runs under the training autocast: its frozen matmul weights stored in that dtype
         # once instead of cast on every call (bit-identical; tests/test_dream.py)
-        store_frozen_linears(self.judge, autocast_dtype(self.config.train.precision, device))
+        dtype = autocast_dtype(self.config.train.precision, device)
+        store_frozen_linears(self.judge, dtype, untie=True)
+        self.prefix_store = None
+        if p.prefix_cache and not p.judge_lora and p.prefix_store_gb > 0:
+            from dreambench.judge import PrefixStore
+
+            settings = {"layout": p.layout, "max_doc_tokens": p.max_doc_tokens, "autocast": str(dtype)}
+            self.prefix_store = PrefixStore.open(self.workspace, self.judge, settings, p.prefix_store_gb)
         self.modules_ = DreamModules(
             self.retriever, p.tau_init, p.gate_init, self.judge if p.judge_lora else None
         ).to(device)
@@ -185,7 +199,9 @@ class Dream(TrainedDenseMethod):
         weights = torch.softmax(scores / self.tau, dim=-1)  # Eq. 3 p(d_j | q)
         inputs = self.judge_inputs(batch)
         plan = InjectionPlan(inputs.spans, weights, self.gate, self.heads_by_layer)
-        loss = self.judge.target_loss(inputs, plan, prefix_cache=p.prefix_cache and not p.judge_lora)  # Eq. 10
+        loss = self.judge.target_loss(
+            inputs, plan, p.prefix_cache and not p.judge_lora, self.prefix_store, batch.instance_ids
+        )  # Eq. 10
         target = torch.tensor(batch.target_index, device=weights.device)
         with torch.no_grad():
             p_target = weights.gather(1, target[:, None]).mean()
@@ -207,6 +223,8 @@ class Dream(TrainedDenseMethod):
         }
         if self.ranking is not None:
             summary["head_ranking_probe_size"] = self.ranking.probe_size
+        if self.prefix_store is not None:
+            summary.update(self.prefix_store.stats())
         return summary
 
     def after_training(self) -> None:

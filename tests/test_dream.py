@@ -211,7 +211,8 @@ def test_prefix_cache_refuses_a_trainable_judge():
 
 
 def test_judge_weights_stored_in_the_autocast_dtype_give_identical_loss_and_gradients():
-    """bf16 autocast over fp32 weights vs the same weights stored in bf16: bit-identical (tiny Llama)."""
+    """bf16 autocast over fp32 weights vs the same weights stored in bf16, with the tied output head untied or
+    not: bit-identical (tiny Llama)."""
     from dreambench.attention import use_kernel
     from dreambench.judge import Judge
     from dreambench.models.backbones import load_model, store_frozen_linears
@@ -223,19 +224,23 @@ def test_judge_weights_stored_in_the_autocast_dtype_give_identical_loss_and_grad
         return Judge(use_kernel(model), tiny_tokenizer(), "tiny-llama")
 
     results = []
-    for store in (False, True):
+    for store in (False, True, "untie"):
         j = judge()
         if store:
-            converted = store_frozen_linears(j.causal_lm, torch.bfloat16)
-            assert converted == 7 * j.num_layers  # q, k, v, o, gate, up, down per layer; the tied head stays
-            assert j.causal_lm.get_input_embeddings().weight.dtype == torch.float32
+            converted = store_frozen_linears(j.causal_lm, torch.bfloat16, untie=store == "untie")
+            # q, k, v, o, gate, up, down per layer; the tied output head only when untied
+            assert converted == 7 * j.num_layers + (store == "untie")
+            embedding, head = j.causal_lm.get_input_embeddings(), j.causal_lm.get_output_embeddings()
+            assert embedding.weight.dtype == torch.float32
+            assert (head.weight.dtype == torch.bfloat16) == (store == "untie")
+            assert (head.weight is embedding.weight) == (store is True)
         inputs, scores, plan = judge_case(j, 0.7)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = j.target_loss(inputs, plan, prefix_cache=True)
         (grad,) = torch.autograd.grad(loss, scores)
         results.append((loss, grad))
-    assert torch.equal(results[0][0], results[1][0])
-    assert torch.equal(results[0][1], results[1][1])
+    for loss, grad in results[1:]:
+        assert torch.equal(results[0][0], loss) and torch.equal(results[0][1], grad)
     assert results[0][1].abs().max() > 0
     assert store_frozen_linears(judge().causal_lm, None) == 0  # full fp32: nothing converted
 
@@ -263,3 +268,96 @@ def _model_cache(tmp_path):
 
     models = PROJECT_ROOT / "cache"
     return models if (models / "models").is_dir() else tmp_path / "cache"
+
+
+def _frozen_tiny_judge(dtype=torch.bfloat16):
+    """The tiny Llama judge as DREAM trains it: frozen, matmul weights stored in the autocast dtype."""
+    from dreambench.attention import use_kernel
+    from dreambench.judge import Judge
+    from dreambench.models.backbones import load_model, store_frozen_linears
+
+    model = load_model("tiny-llama", workspace=None, causal_lm=True, seed=3).eval()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    store_frozen_linears(model, dtype)
+    return Judge(use_kernel(model), tiny_tokenizer(), "tiny-llama")
+
+
+def _one_instance(judge, doc="The Arno crosses Florence."):
+    """One training instance (DREAM's micro-batch) → (inputs, retriever scores with grad, injection plan)."""
+    from dreambench.attention import InjectionPlan
+
+    inputs = build_judge_inputs(
+        judge.tokenizer, ["which river crosses the old town?"],
+        [[doc, "A tower of stone stands by the sea wall.", "Bread is baked at dawn."]], [doc], 32, 16, 32,
+    )  # fmt: skip
+    scores = torch.tensor([[0.3, -1.2, 0.8]], requires_grad=True)
+    pairs = [(judge.num_layers - 1, 0), (judge.num_layers // 2, 1), (1, 2)]
+    plan = InjectionPlan(inputs.spans, torch.softmax(scores / 0.5, -1), torch.tensor(0.7),
+                         InjectionPlan.heads_by_layer(pairs, torch.device("cpu")))  # fmt: skip
+    return inputs, scores, plan
+
+
+def test_prefix_store_reads_back_bit_for_bit_what_the_pass_computes(tmp_path):
+    """bf16 autocast as in training: the loss and the score gradients are identical whether the prefix is
+    computed (no store), computed and written (cold store) or read (warm store, also after reopening)."""
+    from dreambench.judge import PrefixStore
+
+    judge = _frozen_tiny_judge()
+
+    def run(store, key="train-7", doc="The Arno crosses Florence."):
+        inputs, scores, plan = _one_instance(judge, doc)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = judge.target_loss(inputs, plan, True, store, [key] if store else None)
+        (grad,) = torch.autograd.grad(loss, scores)
+        return loss, grad
+
+    store = PrefixStore(tmp_path / "store", 2**30)
+    computed = run(None)
+    cold = run(store)
+    assert (store.writes, store.hits) == (1, 0) and store.path("train-7").is_file()
+    warm = run(store)
+    assert (store.writes, store.hits) == (1, 1)
+    reopened = PrefixStore(tmp_path / "store", 2**30)
+    assert reopened.bytes == store.bytes > 0
+    again = run(reopened)
+    assert reopened.hits == 1
+    for loss, grad in (cold, warm, again):
+        assert torch.equal(loss, computed[0]) and torch.equal(grad, computed[1])
+    assert computed[1].abs().max() > 0  # the gradients compared are not all zero
+    # the same key over other documents (another training set) is recomputed, never read
+    other = run(reopened, doc="Giotto designed the bell tower.")
+    assert reopened.hits == 1 and not torch.equal(other[0], computed[0])
+    # a store at its size limit writes nothing more; the step computes the prefix as without a store
+    full = PrefixStore(tmp_path / "full", 1)
+    assert torch.equal(run(full)[0], computed[0]) and full.writes == 0
+    assert not list((tmp_path / "full").iterdir())
+
+
+def test_prefix_store_changes_no_trained_weight_and_no_result_fingerprint(workspace):
+    """DREAM trained three times on the smoke profile: writing the store, reading it, and without a store:
+    bit-identical trained weights; the setting is not part of the result's fingerprint."""
+    import shutil
+
+    from dreambench.method import METHODS
+
+    def train(**params):
+        config = apply_overrides(SMOKE, {f"methods.dream.{k}": v for k, v in params.items()})
+        method = METHODS.get("dream")(config, workspace)
+        shutil.rmtree(method.checkpoint_dir(), ignore_errors=True)
+        method.prepare()
+        state = {k: v.clone() for k, v in method.trainable_modules().state_dict().items()}
+        return method, state
+
+    cold, cold_state = train()
+    summary = cold.training_summary
+    instances = SMOKE.train.steps * SMOKE.train.grad_accum
+    assert summary["prefix_store_writes"] == instances and summary["prefix_store_hits"] == 0
+    warm, warm_state = train()
+    assert warm.training_summary["prefix_store_hits"] == instances
+    off, off_state = train(prefix_store_gb=0)
+    assert "prefix_store" not in off.training_summary
+    assert cold_state.keys() == warm_state.keys() == off_state.keys()
+    for name, tensor in cold_state.items():
+        assert torch.equal(tensor, warm_state[name]) and torch.equal(tensor, off_state[name]), name
+    assert cold.checkpoint_dir() == off.checkpoint_dir()  # same fingerprint: the results are shared

@@ -20,8 +20,10 @@ def test_performance_report_computes_the_target_ratios_within_one_run(tmp_path):
         "commit_info": {"id": "abc", "dirty": True}, "datetime": "now", "code_fingerprint": "0123456789ab",
         "benchmarks": [
             _bench("test_step_infonce", 4.0, tokens_per_s=400.0),
-            _bench("test_step_dream[prefix-cached]", 5.0),
-            _bench("test_step_dream[full-pass]", 10.0),
+            _bench("test_step_dream[prefix-stored]", 5.0),
+            _bench("test_step_dream_vs_infonce_paired", 9.0, dream_median_s=5.1, infonce_median_s=3.9, ratio=1.28),
+            _bench("test_step_dream[prefix-cached]", 6.0),
+            _bench("test_step_dream[full-pass]", 12.0),
             _bench("test_encode", 1.0, tokens_per_s=1000.0),
             _bench("test_judge_step[forward_backward]", 2.0),
             _bench("test_judge_step[dream]", 2.4),
@@ -33,7 +35,11 @@ def test_performance_report_computes_the_target_ratios_within_one_run(tmp_path):
     text = render(tmp_path / "b.json", tmp_path / "performance.md").read_text()
     assert "Test CPU, 2 logical cores" in text
     assert "at commit abc with uncommitted changes, code fingerprint 0123456789ab" in text
-    assert "| DREAM training step / InfoNCE step | 1.25× | at most 1.3× | yes |" in text
+    assert ("| DREAM training step (prefix stored) / InfoNCE step, steps alternated on the same instances | 1.28× "
+            "| at most 1.3× | yes |") in text
+    assert "| DREAM step (prefix stored) / InfoNCE step, from their separate benchmarks | 1.25× |" in text
+    assert "(the first run over a training set) / InfoNCE step | 1.50× |" in text
+    assert "| DREAM step, prefix computed in the step / prefix stored | 1.20× |" in text
     assert "| judge forward+backward with injection / without | 1.20× | at most 1.1× | **no** |" in text
     assert "| retriever training tokens/s / encoding tokens/s | 0.40× | at least 0.3× | yes |" in text
     assert "| DREAM step, full pass / prefix-cached | 2.00× |" in text

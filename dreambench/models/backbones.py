@@ -96,15 +96,18 @@ def autocast_dtype(setting: str, device: torch.device) -> torch.dtype | None:
     return torch.bfloat16 if supported else None
 
 
-def store_frozen_linears(model: torch.nn.Module, dtype: torch.dtype | None) -> int:
+def store_frozen_linears(model: torch.nn.Module, dtype: torch.dtype | None, untie: bool = False) -> int:
     """Store every frozen ``nn.Linear`` weight (and bias) of ``model`` in ``dtype``, the autocast dtype.
 
     Under autocast a matmul casts an fp32 weight to the lower precision on every call, and autocast caches that
     cast only for leaves that require grad: a frozen model pays a full copy of its weights per forward. Storing
     them in the autocast dtype once gives bit-identical results (autocast's cast and ``Tensor.to`` round the
     same way) without the copies. Weights shared with another module (a tied output embedding) stay as they
-    are, as do norms and embeddings, which autocast runs in fp32. The model must then be used under autocast
-    to ``dtype`` only. Returns the number of weights converted; ``dtype`` None (full fp32) converts nothing.
+    are unless ``untie``: the linear then gets its own copy in ``dtype`` and the embedding keeps its fp32
+    weight (one more copy of that matrix in memory; for a small LM the output head is the largest single cast
+    of a pass). Norms and embeddings stay fp32, as autocast runs them. The model must then be used under
+    autocast to ``dtype`` only. Returns the number of weights converted; ``dtype`` None (full fp32) converts
+    nothing.
     """
     if dtype is None:
         return 0
@@ -114,9 +117,14 @@ def store_frozen_linears(model: torch.nn.Module, dtype: torch.dtype | None) -> i
             owners[id(param)] = owners.get(id(param), 0) + 1
     converted = 0
     for module in model.modules():
-        if type(module) is not torch.nn.Linear or module.weight.requires_grad or owners[id(module.weight)] > 1:
+        if type(module) is not torch.nn.Linear or module.weight.requires_grad:
             continue
-        module.weight.data = module.weight.data.to(dtype)
+        if owners[id(module.weight)] > 1:
+            if not untie:
+                continue
+            module.weight = torch.nn.Parameter(module.weight.detach().to(dtype), requires_grad=False)
+        else:
+            module.weight.data = module.weight.data.to(dtype)
         if module.bias is not None and not module.bias.requires_grad:
             module.bias.data = module.bias.data.to(dtype)
         converted += 1
