@@ -93,11 +93,12 @@ def _stepper(method, mini):
         optimizer.zero_grad(set_to_none=True)
         return total
 
-    step.dtype = dtype
     return step
 
 
 def _run_step(benchmark, method, mini, rounds: int = 3):
+    from dreambench.models.backbones import autocast_dtype
+
     one_step = _stepper(method, mini)
     tokens = []
 
@@ -115,7 +116,7 @@ def _run_step(benchmark, method, mini, rounds: int = 3):
             "tokens_per_step": sum(timed) / len(timed),
             "tokens_per_s": sum(timed) / benchmark.stats.stats.total,
             "peak_rss_mb": peak_rss_mb() if measured else None,
-            "precision": str(one_step.dtype or "fp32"),
+            "precision": str(autocast_dtype(mini[0].train.precision, method.device) or "fp32"),
         }
     )
 
@@ -165,10 +166,9 @@ def _filled_store_dream(mini, micro_batches: int):
     loader = TrainingLoader(data.train, method.view, 1, config.train.seed)
     dtype = autocast_dtype(config.train.precision, method.device)
     for micro in range(micro_batches):
-        batch = loader.batch(micro)
         with torch.autocast(method.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-            method.judge.prefix_pass(method.judge_inputs(batch), method.prefix_store, batch.instance_ids)
-    assert method.prefix_store.path(batch.instance_ids[0]).is_file()
+            method.judge.prefix_pass(method.judge_inputs(loader.batch(micro)), method.prefix_store)
+    assert method.prefix_store.writes + method.prefix_store.hits == micro_batches  # every prefix is stored
     return method
 
 

@@ -26,7 +26,7 @@ retriever's scores) and is what the judge-LoRA ablation uses, its prefix being t
 **Prefix store.** Those prefix keys and values depend on nothing a DREAM run learns or chooses: not the
 retriever, the selected heads, τ, g, the learning rate or the seed. Every run over the same training set —
 the seeds, the tuning grid, the head ablations — would compute the same tensors, so :class:`PrefixStore`
-keeps them on disk, one file per instance, and each prefix is computed once (like REPLUG's likelihood
+keeps them on disk, one file per prefix, and each prefix is computed once (like REPLUG's likelihood
 cache). A read returns bit for bit what the pass wrote, so a run's numbers do not depend on whether the
 store was warm (tests/test_dream.py).
 """
@@ -233,12 +233,11 @@ class Judge(nn.Module):
         plan: InjectionPlan | None = None,
         prefix_cache: bool = False,
         store: PrefixStore | None = None,
-        keys: list[str] | None = None,
     ) -> torch.Tensor:
         """Mean next-token cross entropy over the target tokens (Eq. 10); logits on target positions only.
         ``prefix_cache``: compute the positions before the query without autograd (frozen judge only);
-        ``store``/``keys``: read and keep those positions' keys and values in a :class:`PrefixStore`."""
-        token_losses = self.target_token_losses(inputs, plan, prefix_cache, store, keys)  # (B, Y)
+        ``store``: read and keep those positions' keys and values in a :class:`PrefixStore`."""
+        token_losses = self.target_token_losses(inputs, plan, prefix_cache, store)  # (B, Y)
         return token_losses[inputs.target_mask].mean()
 
     def instance_losses(
@@ -249,20 +248,18 @@ class Judge(nn.Module):
         mask = inputs.target_mask.to(token_losses.dtype)
         return (token_losses * mask).sum(dim=1) / mask.sum(dim=1)
 
-    def prefix_pass(
-        self, inputs: JudgeInput, store: PrefixStore | None = None, keys: list[str] | None = None
-    ) -> tuple[int, object]:
+    def prefix_pass(self, inputs: JudgeInput, store: PrefixStore | None = None) -> tuple[int, object]:
         """The prefix cache's pass: every row's positions before the earliest query start (documents only, all
         real tokens) run once without autograd → (that start, their keys and values as a transformers cache).
-        With a ``store`` and the batch's one instance key, the keys and values are read from it when present
-        and written to it when computed."""
+        With a ``store`` and a one-row batch, the keys and values are read from it when present and written to
+        it when computed."""
         if any(p.requires_grad for p in self.model.parameters()):
             raise ValueError("the prefix cache needs a frozen judge (the judge-LoRA ablation trains its prefix)")
         start = int(inputs.spans.query_index[:, 0].min())
         prefix_ids = inputs.input_ids[:, :start]
-        stored = store is not None and keys is not None and len(keys) == 1
+        stored = store is not None and prefix_ids.shape[0] == 1
         if stored:
-            past = store.load(keys[0], prefix_ids, self.causal_lm.config)
+            past = store.load(prefix_ids, self.causal_lm.config)
             if past is not None:
                 return start, past
         with torch.no_grad():
@@ -270,7 +267,7 @@ class Judge(nn.Module):
                 input_ids=prefix_ids, attention_mask=inputs.attention_mask[:, :start], use_cache=True
             )
         if stored:
-            store.save(keys[0], prefix_ids, prefix.past_key_values)
+            store.save(prefix_ids, prefix.past_key_values)
         return start, prefix.past_key_values
 
     def target_token_losses(
@@ -279,14 +276,13 @@ class Judge(nn.Module):
         plan: InjectionPlan | None = None,
         prefix_cache: bool = False,
         store: PrefixStore | None = None,
-        keys: list[str] | None = None,
     ) -> torch.Tensor:
         """Cross entropy of every target token → (B, Y), zero where ``target_mask`` is False."""
         lm = self.causal_lm
         decoder = lm.get_decoder()
         start = 0
         if prefix_cache:
-            start, past = self.prefix_pass(inputs, store, keys)
+            start, past = self.prefix_pass(inputs, store)
             hidden = decoder(
                 input_ids=inputs.input_ids[:, start:],
                 attention_mask=inputs.attention_mask,
@@ -344,12 +340,14 @@ def weights_fingerprint(model: nn.Module) -> str:
 class PrefixStore:
     """The frozen judge's keys and values over each training instance's document prefix, kept on disk.
 
-    One safetensors file per instance holds every layer's keys and values and the prefix's token ids; a read
-    checks the ids and returns exactly the tensors that were written, so training reads what it would have
-    computed. The folder is keyed by everything the tensors depend on (:meth:`open`). Writes stop once the
-    folder holds ``limit_bytes`` (the prefixes not stored are then computed in each step, as without a store).
-    Only single-instance micro-batches and judges whose layers all keep their full keys and values (no sliding
-    window) are stored: for anything else the store is not used.
+    One safetensors file per prefix, named by a hash of its token ids, holds every layer's keys and values
+    and the ids themselves; a read checks the ids and returns exactly the tensors that were written, so
+    training reads what it would have computed. Within a folder (keyed by everything else the tensors depend
+    on, :meth:`open`) the token ids decide the tensors, so training sets that share the folder (K = 4, 8, 16
+    in the candidates ablation) keep their own files side by side. Writes stop once the folder holds
+    ``limit_bytes`` (the prefixes not stored are then computed in each step, as without a store), counted
+    per process. Only single-instance micro-batches and judges whose layers all keep their full keys and
+    values (no sliding window) are stored: for anything else the store is not used.
     """
 
     def __init__(self, folder: Path, limit_bytes: int):
@@ -357,8 +355,8 @@ class PrefixStore:
         self.limit_bytes = limit_bytes
         folder.mkdir(parents=True, exist_ok=True)
         self.bytes = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
-        self.hits = self.writes = self.refused = 0
-        self._full_logged = False
+        self.hits = self.writes = 0
+        self.full = False  # at its limit, or the judge's cache is not storable: nothing more is written
 
     @classmethod
     def open(cls, workspace: Workspace, judge: Judge, settings: dict, limit_gb: float) -> PrefixStore:
@@ -379,17 +377,17 @@ class PrefixStore:
         safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in judge.name)
         return cls(workspace.cache("judge-prefix", f"{safe}-{key}"), int(limit_gb * 2**30))
 
-    def path(self, key: str) -> Path:
-        return self.folder / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.safetensors"
+    def path(self, prefix_ids: torch.Tensor) -> Path:
+        digest = hashlib.sha1(prefix_ids.detach().cpu().numpy().tobytes()).hexdigest()[:24]
+        return self.folder / f"{digest}.safetensors"
 
-    def load(self, key: str, prefix_ids: torch.Tensor, config) -> object | None:
-        """The stored keys and values of instance ``key`` as a transformers cache, or None (absent, or stored
-        for other token ids)."""
+    def load(self, prefix_ids: torch.Tensor, config) -> object | None:
+        """The stored keys and values of the prefix ``prefix_ids`` (1, T) as a transformers cache, or None."""
         from safetensors import SafetensorError
         from safetensors.torch import load_file
         from transformers import DynamicCache
 
-        path = self.path(key)
+        path = self.path(prefix_ids)
         if not path.is_file():
             return None
         try:
@@ -397,30 +395,32 @@ class PrefixStore:
         except (SafetensorError, OSError) as error:
             log.warning("prefix store: unreadable %s (%s); computing it again", path, error)
             return None
-        if not torch.equal(tensors.pop("input_ids"), prefix_ids):
+        if not torch.equal(tensors.pop("input_ids"), prefix_ids):  # a hash collision: never in practice
             return None
         layers = len(tensors) // 2
         self.hits += 1
         return DynamicCache([(tensors[f"k{i}"], tensors[f"v{i}"]) for i in range(layers)], config=config)
 
-    def save(self, key: str, prefix_ids: torch.Tensor, cache) -> None:
+    def save(self, prefix_ids: torch.Tensor, cache) -> None:
         from safetensors.torch import save_file
         from transformers.cache_utils import DynamicLayer
 
+        if self.full:
+            return
         if any(type(layer) is not DynamicLayer for layer in cache.layers):
-            self.refused += 1  # a sliding window keeps only part of the keys: not stored
+            log.info("prefix store: the judge keeps a sliding window of keys in some layers; nothing is stored")
+            self.full = True
             return
         tensors = {"input_ids": prefix_ids.contiguous()}
         for i, layer in enumerate(cache.layers):
             tensors[f"k{i}"], tensors[f"v{i}"] = layer.keys.contiguous(), layer.values.contiguous()
         size = sum(t.numel() * t.element_size() for t in tensors.values())
         if self.bytes + size > self.limit_bytes:
-            if not self._full_logged:
-                log.info("prefix store %s holds %.2f GB, its limit: further prefixes are computed in each step",
-                         self.folder, self.bytes / 2**30)  # fmt: skip
-                self._full_logged = True
+            log.info("prefix store %s holds %.2f GiB, its limit: further prefixes are computed in each step",
+                     self.folder, self.bytes / 2**30)  # fmt: skip
+            self.full = True
             return
-        with atomic_path(self.path(key)) as tmp:
+        with atomic_path(self.path(prefix_ids)) as tmp:
             save_file(tensors, str(tmp))
             size = tmp.stat().st_size
         self.bytes += size

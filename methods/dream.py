@@ -199,9 +199,7 @@ class Dream(TrainedDenseMethod):
         weights = torch.softmax(scores / self.tau, dim=-1)  # Eq. 3 p(d_j | q)
         inputs = self.judge_inputs(batch)
         plan = InjectionPlan(inputs.spans, weights, self.gate, self.heads_by_layer)
-        loss = self.judge.target_loss(
-            inputs, plan, p.prefix_cache and not p.judge_lora, self.prefix_store, batch.instance_ids
-        )  # Eq. 10
+        loss = self.judge.target_loss(inputs, plan, p.prefix_cache and not p.judge_lora, self.prefix_store)  # Eq. 10
         target = torch.tensor(batch.target_index, device=weights.device)
         with torch.no_grad():
             p_target = weights.gather(1, target[:, None]).mean()

@@ -305,17 +305,21 @@ def test_prefix_store_reads_back_bit_for_bit_what_the_pass_computes(tmp_path):
 
     judge = _frozen_tiny_judge()
 
-    def run(store, key="train-7", doc="The Arno crosses Florence."):
+    def run(store, doc="The Arno crosses Florence."):
         inputs, scores, plan = _one_instance(judge, doc)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = judge.target_loss(inputs, plan, True, store, [key] if store else None)
+            loss = judge.target_loss(inputs, plan, True, store)
         (grad,) = torch.autograd.grad(loss, scores)
         return loss, grad
+
+    def prefix_ids(doc="The Arno crosses Florence."):
+        inputs = _one_instance(judge, doc)[0]
+        return inputs.input_ids[:, : int(inputs.spans.query_index[:, 0].min())]
 
     store = PrefixStore(tmp_path / "store", 2**30)
     computed = run(None)
     cold = run(store)
-    assert (store.writes, store.hits) == (1, 0) and store.path("train-7").is_file()
+    assert (store.writes, store.hits) == (1, 0) and store.path(prefix_ids()).is_file()
     warm = run(store)
     assert (store.writes, store.hits) == (1, 1)
     reopened = PrefixStore(tmp_path / "store", 2**30)
@@ -325,9 +329,10 @@ def test_prefix_store_reads_back_bit_for_bit_what_the_pass_computes(tmp_path):
     for loss, grad in (cold, warm, again):
         assert torch.equal(loss, computed[0]) and torch.equal(grad, computed[1])
     assert computed[1].abs().max() > 0  # the gradients compared are not all zero
-    # the same key over other documents (another training set) is recomputed, never read
+    # other documents (another training set, another K) are computed, never read, and get a file of their own
     other = run(reopened, doc="Giotto designed the bell tower.")
     assert reopened.hits == 1 and not torch.equal(other[0], computed[0])
+    assert store.path(prefix_ids("Giotto designed the bell tower.")).is_file() and store.path(prefix_ids()).is_file()
     # a store at its size limit writes nothing more; the step computes the prefix as without a store
     full = PrefixStore(tmp_path / "full", 1)
     assert torch.equal(run(full)[0], computed[0]) and full.writes == 0
