@@ -3,12 +3,15 @@
 * kernel alone: one attention call (forward + backward) with injection into 2 of 9 heads vs stock SDPA;
 * Revela's in-batch term: the fused kernel vs its pair-by-pair reference (``-k inbatch``);
 * judge step on SmolLM2-135M-Instruct (the mini profile's judge; skipped when the package is missing),
-  same token shapes: forward only; plain forward + backward (gradient w.r.t. the input embeddings, i.e. the
-  full backward a trainable judge would pay); DREAM (16 injected heads, gradient w.r.t. the document weights
-  only — layers below the lowest selected head record no graph).
+  same token shapes: forward only; forward + backward to the input embeddings (the full backward) without and
+  with 16 injected heads, also alternated pair by pair (``test_judge_injection_paired``: what injection costs
+  in time and peak memory); DREAM (injected, gradient w.r.t. the document weights only — layers below the
+  lowest selected head record no graph).
 """
 
 import importlib.util
+import statistics
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -62,24 +65,32 @@ def smol_judge(tmp_path_factory):
     return Judge.load("smollm2-135m-instruct", Workspace.resolve(cache_dir="cache")).eval()
 
 
-@pytest.mark.parametrize("mode", ["forward", "forward_backward", "dream"])
-def test_judge_step(benchmark, smol_judge, mode):
+JUDGE_MODES = ("forward", "forward_backward", "injected", "dream")
+PAIRED_JUDGE_ROUNDS = 7
+
+
+def _judge_stepper(judge, mode: str):
+    """One judge pass over the module's layout. ``forward``: no autograd. ``forward_backward``: stock attention,
+    backward to the input embeddings (the full backward). ``injected``: the same backward with 16 heads
+    injected (to the embeddings and the document weights): set against ``forward_backward`` it isolates what
+    injection costs. ``dream``: injected, backward to the document weights only, what a DREAM step pays (layers
+    below the lowest selected head record no graph)."""
     doc_spans, query_span, length = layout()
     ids = torch.randint(100, 40000, (1, length), generator=torch.Generator().manual_seed(0))
     spans = SpanIndex.from_spans([doc_spans], [query_span])
     target = torch.arange(length - TARGET_TOKENS, length)
     heads = InjectionPlan.heads_by_layer([(layer, head) for layer in range(6, 22) for head in (layer % 9,)])
-    lm = smol_judge.causal_lm
+    lm = judge.causal_lm
     dtype = autocast_dtype("auto", torch.device("cpu"))
     logits_param = torch.zeros(1, K, requires_grad=True)
 
     def step():
         with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
             embeds = lm.get_input_embeddings()(ids)
-            plan = None
-            if mode == "forward_backward":
+            if mode in ("forward_backward", "injected"):
                 embeds = embeds.detach().requires_grad_()
-            if mode == "dream":
+            plan = None
+            if mode in ("injected", "dream"):
                 plan = InjectionPlan(spans, logits_param.softmax(-1), torch.tensor(0.5), heads)
             hidden = lm.get_decoder()(
                 inputs_embeds=embeds, use_cache=False, score_injection=plan
@@ -90,12 +101,65 @@ def test_judge_step(benchmark, smol_judge, mode):
         if mode != "forward":
             loss.backward()
 
+    return step, length
+
+
+@pytest.mark.parametrize("mode", JUDGE_MODES)
+def test_judge_step(benchmark, smol_judge, mode):
+    step, length = _judge_stepper(smol_judge, mode)
     if mode == "forward":
         with torch.no_grad():
             benchmark.pedantic(step, rounds=5, warmup_rounds=1)
     else:
         benchmark.pedantic(step, rounds=5, warmup_rounds=1)
     benchmark.extra_info["tokens"] = length
+
+
+def peak_allocated_mb(step) -> float:
+    """Peak of the bytes torch holds allocated during ``step()`` above what was held before it (MiB): the
+    running sum of the profiler's allocation and free events. Deterministic, unlike the process's resident
+    peak, which the allocator's reuse of freed memory hides."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    held = peak = 0
+    for _, nbytes in sorted(
+        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
+    ):
+        held += nbytes
+        peak = max(peak, held)
+    return peak / 2**20
+
+
+def test_judge_injection_paired(benchmark, smol_judge):
+    """The judge's forward + backward without injection and with it (modes ``forward_backward`` and
+    ``injected`` of :func:`test_judge_step`), alternated: the median of the per-pair time ratios; then each
+    pass's peak allocated memory (:func:`peak_allocated_mb`, measured once, outside the timing)."""
+    steppers = {mode: _judge_stepper(smol_judge, mode)[0] for mode in ("forward_backward", "injected")}
+    seconds: dict[str, list[float]] = {mode: [] for mode in steppers}
+
+    def pair():
+        for mode, step in steppers.items():
+            start = time.perf_counter()
+            step()
+            seconds[mode].append(time.perf_counter() - start)
+
+    pair()  # warm-up
+    benchmark.pedantic(pair, rounds=PAIRED_JUDGE_ROUNDS, warmup_rounds=0)
+    stock, injected = seconds["forward_backward"][1:], seconds["injected"][1:]
+    stock_mb, injected_mb = (peak_allocated_mb(steppers[mode]) for mode in ("forward_backward", "injected"))
+    benchmark.extra_info.update(
+        {
+            "stock_median_s": statistics.median(stock),
+            "injected_median_s": statistics.median(injected),
+            "ratio": statistics.median(i / s for i, s in zip(injected, stock, strict=True)),
+            "pair_ratios": [round(i / s, 3) for i, s in zip(injected, stock, strict=True)],
+            "stock_peak_mb": stock_mb,
+            "injected_peak_mb": injected_mb,
+            "memory_ratio": injected_mb / stock_mb,
+        }
+    )
 
 
 INBATCH_SHAPES = {  # chunks, tokens, heads, KV heads, dtype

@@ -214,8 +214,8 @@ def test_step_dream_vs_infonce_paired(benchmark, mini):
         {
             "dream_median_s": statistics.median(dream_s),
             "infonce_median_s": statistics.median(infonce_s),
-            "ratio": statistics.median(d / i for d, i in zip(dream_s, infonce_s)),
-            "pair_ratios": [round(d / i, 3) for d, i in zip(dream_s, infonce_s)],
+            "ratio": statistics.median(d / i for d, i in zip(dream_s, infonce_s, strict=True)),
+            "pair_ratios": [round(d / i, 3) for d, i in zip(dream_s, infonce_s, strict=True)],
         }
     )
 

@@ -44,7 +44,10 @@ def default_json() -> Path:
 
 # the speed suites only (bench_evaluation needs the evaluation stack, absent on a bare GPU image)
 FILES = ("bench_kernel.py", "bench_steps.py")
-SELECTION = "test_step or test_encode or test_judge_step or test_judge_prefix or test_inbatch or test_attention_sweep"
+SELECTION = (
+    "test_step or test_encode or test_judge_step or test_judge_injection or test_judge_prefix or test_inbatch"
+    " or test_attention_sweep"
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1170,8 +1170,10 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
 TARGETS = (
     ("DREAM training step (prefix stored) / InfoNCE step, steps alternated on the same instances",
      "test_step_dream_vs_infonce_paired", None, "ratio", 1.3, "at most"),
-    ("judge forward+backward with injection / without", "test_judge_step[dream]", "test_judge_step[forward_backward]",
-     "median_s", 1.10, "at most"),
+    ("judge forward+backward with injection / without (time), passes alternated", "test_judge_injection_paired",
+     None, "ratio", 1.10, "at most"),
+    ("judge forward+backward with injection / without (peak allocated memory)",
+     "test_judge_injection_paired", None, "memory_ratio", 1.10, "at most"),
     ("retriever training tokens/s / encoding tokens/s", "test_step_infonce", "test_encode", "tokens_per_s", 0.3,
      "at least"),
 )  # fmt: skip
@@ -1184,6 +1186,10 @@ RATIOS = (
      "test_step_dream[prefix-stored]", "median_s"),
     ("DREAM step, full pass / prefix-cached", "test_step_dream[full-pass]", "test_step_dream[prefix-cached]",
      "median_s"),
+    ("judge forward+backward with injection / without, from their separate benchmarks", "test_judge_step[injected]",
+     "test_judge_step[forward_backward]", "median_s"),
+    ("judge pass of a DREAM step (injected, backward to the document weights only) / stock forward+backward",
+     "test_judge_step[dream]", "test_judge_step[forward_backward]", "median_s"),
     ("REPLUG step, likelihoods inline / cached", "test_step_replug_uncached", "test_step_replug", "median_s"),
     ("Revela step / InfoNCE step", "test_step_revela", "test_step_infonce", "median_s"),
     ("REPLUG step / InfoNCE step", "test_step_replug", "test_step_infonce", "median_s"),
@@ -1306,7 +1312,8 @@ def render_performance(json_path: Path, out: Path) -> Path:
     if steps:
         table = pd.DataFrame(steps).T
         keep = [c for c in ("median_s", "min_s", "max_s", "rounds", "tokens_per_step", "tokens_per_s", "tokens",
-                            "peak_rss_mb", "dream_median_s", "infonce_median_s", "ratio") if c in table]  # fmt: skip
+                            "peak_rss_mb", "dream_median_s", "infonce_median_s", "stock_median_s", "injected_median_s",
+                            "ratio", "stock_peak_mb", "injected_peak_mb", "memory_ratio") if c in table]  # fmt: skip
         lines += ["", "## Training steps (mini shapes: SmolLM2-135M, K = 8, 4 instances per step)", "",
                   table[keep].to_markdown(floatfmt=".3g"), ""]  # fmt: skip
     sweep = performance_sweep(rows)
