@@ -34,6 +34,19 @@ def code_fingerprint(root: Path = PROJECT_ROOT) -> str:
     return digest.hexdigest()[:12]
 
 
+def code_changes(root: Path = PROJECT_ROOT) -> bool | None:
+    """Whether git sees uncommitted changes under dreambench/, methods/ or benchmarks/ (None: no git here).
+    pytest-benchmark's own ``dirty`` flag covers the whole tree, reports/ included, which a benchmark run
+    itself rewrites."""
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--", *CODE_FOLDERS], cwd=root, capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return bool(out.strip())
+
+
 def default_json() -> Path:
     """``performance.json`` (a CPU run) or, on a machine with a CUDA device, ``performance-cuda.json``:
     ``performance.md`` shows the CPU run and, when present, a GPU section from the other file."""

@@ -1206,13 +1206,16 @@ def load_benchmarks(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, An
         for b in payload["benchmarks"]
     }  # fmt: skip
     return rows, {"machine": payload.get("machine_info", {}), "commit": payload.get("commit_info", {}),
-                  "datetime": payload.get("datetime"), "code": payload.get("code_fingerprint")}  # fmt: skip
+                  "datetime": payload.get("datetime"), "code": payload.get("code_fingerprint"),
+                  "code_changes": payload.get("code_changes")}  # fmt: skip
 
 
 def _run_source(meta: dict[str, Any]) -> str:
     """Which code a benchmark run timed: its git commit and, when recorded, its code fingerprint."""
     commit = meta["commit"] or {}
-    text = f"commit {str(commit.get('id', '?'))[:10]}{' with uncommitted changes' if commit.get('dirty') else ''}"
+    changed = meta.get("code_changes")  # this tree's code only; older runs: pytest-benchmark's whole-tree flag
+    changed = commit.get("dirty") if changed is None else changed
+    text = f"commit {str(commit.get('id', '?'))[:10]}{' with uncommitted changes to its code' if changed else ''}"
     if meta.get("code"):
         text += (f", code fingerprint {meta['code']} (`python -m dreambench.perf --fingerprint` prints a tree's: "
                  "the sha256 of its dreambench/, methods/ and benchmarks/ sources)")  # fmt: skip

@@ -18,6 +18,12 @@ mechanism), cached as JSON under ``results/<profile>/signal/`` and shown in the 
 
     python -m dreambench.signal                       # mini: SmolLM2 judge, the profile's DREAM settings
     python -m dreambench.signal --set methods.dream.judge=gemma3-270m --set methods.dream.gate_init=2
+
+Revela's counterpart (``--revela``, :func:`revela_start`): the co-trained LM's next-token loss on the first
+training batches without the in-batch term and with it, before any training — how far from the plain LM
+Revela's training starts.
+
+    python -m dreambench.signal --revela --batches 8
 """
 
 from __future__ import annotations
@@ -276,8 +282,37 @@ def format_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def revela_start(config: RunConfig, workspace: Workspace, batches: int = 8) -> list[dict[str, Any]]:
+    """Revela's starting point, before any training: per training micro-batch (the loader's first ``batches``,
+    as training takes them), the LM's next-token loss without and with the in-batch term
+    (``Revela.starting_losses``), under the training precision. Rows of nats/token; ``ln V`` = uniform."""
+    import math
+
+    from .data.loader import TrainingLoader
+    from .data.training import load_training_data
+    from .method import METHODS
+    from .training.trainer import seed_everything
+
+    if batches < 1:
+        raise ValueError(f"--batches must be ≥ 1, got {batches}")
+    data = load_training_data(config, workspace)
+    method = METHODS.get("revela")(config, workspace, "signal")
+    seed_everything(config.train.seed)
+    method.build(data)
+    loader = TrainingLoader(data.train, method.view, config.train.batch_size, config.train.seed)
+    dtype = autocast_dtype(config.train.precision, method.device)
+    rows = []
+    for index in tqdm(range(batches), desc="revela start", unit="batch"):
+        with torch.autocast(method.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            rows.append({"batch": index, **method.starting_losses(loader.batch(index))})
+    vocab = method.lm.causal_lm.get_output_embeddings().weight.shape[0]
+    means = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0] if k != "batch"}
+    return [*rows, {"batch": "mean", **means}, {"batch": "ln V", "plain": math.log(vocab)}]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dreambench.signal [--profile mini] [--set KEY=VALUE] [--instances N]``: DREAM's signal check."""
+    """``python -m dreambench.signal [--profile mini] [--set KEY=VALUE] [--instances N]``: DREAM's signal check;
+    ``--revela [--batches N]``: Revela's starting losses (:func:`revela_start`)."""
     import argparse
 
     import pandas as pd
@@ -296,6 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir")
     parser.add_argument("--results-dir")
     parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument(
+        "--revela", action="store_true", help="Revela's starting losses instead (the LM without / with the in-batch term)"
+    )
+    parser.add_argument("--batches", type=int, default=8, help="--revela: training micro-batches measured")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -303,12 +342,15 @@ def main(argv: list[str] | None = None) -> int:
             PROFILES.get(args.profile).config, parse_cli_overrides(args.set), where="--set"
         )
         workspace = Workspace.resolve(cache_dir=args.cache_dir, results_dir=args.results_dir)
-        head_sets = tuple(h.strip() for h in args.head_sets.split(",") if h.strip())
-        payload = signal_check(config, workspace, head_sets, args.instances, args.overwrite)
+        if args.revela:
+            rows = revela_start(config, workspace, args.batches)
+        else:
+            head_sets = tuple(h.strip() for h in args.head_sets.split(",") if h.strip())
+            rows = format_rows(signal_check(config, workspace, head_sets, args.instances, args.overwrite))
     except (ConfigError, UnknownNameError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(pd.DataFrame(format_rows(payload)).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.4f}", na_rep="–"))
     return 0
 
 

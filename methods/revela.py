@@ -115,25 +115,55 @@ class Revela(TrainedDenseMethod):
         e_k = self.retriever.embed(texts, "passage").view(shape)
         return similarity(e_q, e_k, p.tau)
 
-    def compute_loss(self, batch: ChunkBatch) -> tuple[torch.Tensor, dict[str, float]]:
+    def _next_token_loss(self, hidden: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        predicting = mask[:, 1:].bool()  # position t−1 predicts token t
+        logits = self.lm.causal_lm.get_output_embeddings()(hidden[:, :-1][predicting])
+        return nn.functional.cross_entropy(logits.float(), ids[:, 1:][predicting])
+
+    def _streams(
+        self, chunks: list[list[str]], sims: dict[str, torch.Tensor] | torch.Tensor, plain_loss: bool = False
+    ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor] | torch.Tensor, torch.Tensor]:
+        """Stream 1 over the chunks, then stream 2 with each Sim of ``sims`` → (stream 1's next-token loss if
+        ``plain_loss``, stream 2's loss per Sim (one tensor for a tensor ``sims``), the attention mask)."""
         p = self.params
+        ids, mask = self.lm_inputs([t for group in chunks for t in group])
+        decoder = self.lm.causal_lm.get_decoder()
+        memory = InBatchMemory()
+        plain = decoder(input_ids=ids, attention_mask=mask, use_cache=False, inbatch_record=memory)  # stream 1
+        losses = {}
+        for name, sim in sims.items() if isinstance(sims, dict) else (("", sims),):
+            plan = InBatchPlan(memory, sim, mask.bool(), p.v_norm, p.v_norm_eps)
+            hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False, inbatch_attend=plan)  # stream 2
+            losses[name] = self._next_token_loss(hidden.last_hidden_state, ids, mask)
+        stream_1 = self._next_token_loss(plain.last_hidden_state, ids, mask).detach() if plain_loss else None
+        return stream_1, losses if isinstance(sims, dict) else losses[""], mask
+
+    def compute_loss(self, batch: ChunkBatch) -> tuple[torch.Tensor, dict[str, float]]:
         if len({len(g) for g in batch.chunks}) != 1:
             raise ValueError("every group of a Revela batch needs the same number of chunks")
         seen = self.retriever.tokens_embedded
         sim = self.similarity(batch.chunks)  # (G, C, C)
-        ids, mask = self.lm_inputs([t for group in batch.chunks for t in group])
-        decoder = self.lm.causal_lm.get_decoder()
-        memory = InBatchMemory()
-        decoder(input_ids=ids, attention_mask=mask, use_cache=False, inbatch_record=memory)  # stream 1
-        plan = InBatchPlan(memory, sim, mask.bool(), p.v_norm, p.v_norm_eps)
-        hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False, inbatch_attend=plan)  # stream 2
-        predicting = mask[:, 1:].bool()  # position t−1 predicts token t
-        logits = self.lm.causal_lm.get_output_embeddings()(hidden.last_hidden_state[:, :-1][predicting])
-        loss = nn.functional.cross_entropy(logits.float(), ids[:, 1:][predicting])
+        _, loss, mask = self._streams(batch.chunks, sim)
         with torch.no_grad():
             top = sim.max(dim=-1).values.mean()  # how peaked Sim is: 1/(C−1) uniform … 1 one-hot
         tokens = 2 * int(mask.sum()) + self.retriever.tokens_embedded - seen  # two LM streams + retriever
         return loss, {"sim_max": float(top), "tokens": tokens}
+
+    @torch.no_grad()
+    def starting_losses(self, batch: ChunkBatch) -> dict[str, float]:
+        """Where training starts, on one batch: the LM's next-token loss (nats/token) without the in-batch term
+        (stream 1, the plain LM) and with it (stream 2) at the retriever's initial Sim, at Sim uniform over
+        the other chunks, at a tenth of uniform, and at zero (which must give stream 1's loss)."""
+        sim = self.similarity(batch.chunks)
+        uniform = (1 - torch.eye(sim.shape[1], device=sim.device, dtype=sim.dtype)) / (sim.shape[1] - 1)
+        uniform = uniform.expand_as(sim)
+        sims = {"retriever": sim, "uniform": uniform, "tenth": uniform / 10, "zero": uniform * 0}
+        plain, losses, _ = self._streams(batch.chunks, sims, plain_loss=True)
+        return {
+            "plain": float(plain),
+            **{f"in-batch ({name} Sim)": float(loss) for name, loss in losses.items()},
+            "sim_max": float(sim.max(dim=-1).values.mean()),
+        }
 
     def summary_extra(self) -> dict[str, Any]:
         p = self.params

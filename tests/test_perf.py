@@ -37,7 +37,7 @@ def test_performance_report_computes_the_target_ratios_within_one_run(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps(payload))
     text = render(tmp_path / "b.json", tmp_path / "performance.md").read_text()
     assert "Test CPU, 2 logical cores" in text
-    assert "at commit abc with uncommitted changes, code fingerprint 0123456789ab" in text
+    assert "at commit abc with uncommitted changes to its code, code fingerprint 0123456789ab" in text
     assert ("| DREAM training step (prefix stored) / InfoNCE step, steps alternated on the same instances | 1.28× "
             "| at most 1.3× | yes |") in text
     assert "| DREAM step (prefix stored) / InfoNCE step, from their separate benchmarks | 1.25× |" in text
@@ -52,6 +52,11 @@ def test_performance_report_computes_the_target_ratios_within_one_run(tmp_path):
     assert "| Revela step / InfoNCE step | not measured |" in text
     assert "(InfoNCE step + the judge's no-grad pass over the documents) / InfoNCE step | 1.45× |" in text
     assert "eager / kernel" in text and (tmp_path / "performance_sweep.png").is_file()
+    # a run that rewrote only reports/ (pytest-benchmark's flag is set) over committed code
+    payload["code_changes"] = False
+    (tmp_path / "b.json").write_text(json.dumps(payload))
+    text = render(tmp_path / "b.json", tmp_path / "performance.md").read_text()
+    assert "at commit abc, code fingerprint 0123456789ab" in text
 
 
 def test_the_code_fingerprint_names_the_sources_and_nothing_else(tmp_path):

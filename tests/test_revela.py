@@ -90,3 +90,29 @@ def test_bad_revela_params_are_clear_errors(workspace):
         METHODS.get("revela")(apply_overrides(SMOKE, {"methods.revela.tau": 0}), workspace)
     with pytest.raises(ValueError, match="lm_lora_r"):
         METHODS.get("revela")(apply_overrides(SMOKE, {"methods.revela.lm_lora_r": 0}), workspace)
+
+
+def test_starting_losses_zero_sim_is_the_plain_lm_and_training_loss_is_unchanged(workspace):
+    """``python -m dreambench.signal --revela``: stream 2 with Sim = 0 adds nothing, so its loss is the plain
+    LM's to the bit; with the retriever's Sim it is the loss ``compute_loss`` trains on."""
+    from dreambench.signal import main, revela_start
+    from dreambench.training.trainer import seed_everything
+
+    config = apply_overrides(SMOKE, {"methods.revela.tau": 0.05})
+    seed_everything(0)
+    method, loader = revela(workspace, config)
+    batch = loader.batch(0)
+    losses = method.starting_losses(batch)
+    assert losses["in-batch (zero Sim)"] == losses["plain"]
+    assert losses["in-batch (uniform Sim)"] != losses["plain"] and 0 < losses["sim_max"] <= 1
+    with torch.no_grad():
+        trained, _ = method.compute_loss(batch)
+    assert float(trained) == pytest.approx(losses["in-batch (retriever Sim)"], rel=1e-6)
+
+    rows = revela_start(config, workspace, batches=2)
+    assert [r["batch"] for r in rows] == [0, 1, "mean", "ln V"]
+    assert rows[2]["plain"] == pytest.approx((rows[0]["plain"] + rows[1]["plain"]) / 2)
+    assert rows[3]["plain"] == pytest.approx(math.log(method.lm.causal_lm.config.vocab_size))
+    with pytest.raises(ValueError, match="--batches must be ≥ 1"):
+        revela_start(config, workspace, batches=0)
+    assert main(["--profile", "smoke", "--revela", "--batches", "0", "--cache-dir", str(workspace.cache_dir)]) == 2
