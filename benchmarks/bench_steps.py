@@ -186,14 +186,15 @@ def test_step_dream(benchmark, mini, variant):
         benchmark.extra_info["prefix_store_hits"] = method.prefix_store.hits
 
 
-PAIRED_ROUNDS = 5
+PAIRED_ROUNDS = 11  # with 5, the median pair ratio of one unchanged step code ranged 1.20–1.36 over four runs
 
 
 def test_step_dream_vs_infonce_paired(benchmark, mini):
     """DREAM (prefix stored) and InfoNCE steps alternated, each pair on the same four instances: the DREAM /
     InfoNCE ratio from paired steps, so that the machine's speed drifting between two separate benchmarks (on a
-    shared 2-core VM, tens of percent within minutes) does not enter it. ``extra_info``: each method's median
-    step and the median of the per-pair ratios."""
+    shared 2-core VM, tens of percent within minutes) does not enter it; the order within a pair alternates
+    (DREAM first, then InfoNCE first), so that going first or second favours neither. ``extra_info``: each
+    method's median step, the median of the per-pair ratios and the ratios themselves."""
     dream = _stepper(_filled_store_dream(mini, (PAIRED_ROUNDS + 1) * STEP_INSTANCES), mini)
     infonce = _stepper(_method("infonce", mini), mini)
     times: dict[str, list[float]] = {"dream": [], "infonce": []}
@@ -201,7 +202,8 @@ def test_step_dream_vs_infonce_paired(benchmark, mini):
 
     def pair():
         first = len(done) * STEP_INSTANCES
-        for name, step in (("dream", dream), ("infonce", infonce)):
+        order = (("dream", dream), ("infonce", infonce))
+        for name, step in order if len(done) % 2 == 0 else order[::-1]:
             start = time.perf_counter()
             step(first)
             times[name].append(time.perf_counter() - start)
