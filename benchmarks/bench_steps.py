@@ -186,7 +186,7 @@ def test_step_dream(benchmark, mini, variant):
         benchmark.extra_info["prefix_store_hits"] = method.prefix_store.hits
 
 
-PAIRED_ROUNDS = 11  # with 5, the median pair ratio of one unchanged step code ranged 1.20–1.36 over four runs
+PAIRED_ROUNDS = 11  # with 5, three runs of the same DREAM step code gave median pair ratios 1.20–1.36
 
 
 def test_step_dream_vs_infonce_paired(benchmark, mini):

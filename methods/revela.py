@@ -120,30 +120,33 @@ class Revela(TrainedDenseMethod):
         logits = self.lm.causal_lm.get_output_embeddings()(hidden[:, :-1][predicting])
         return nn.functional.cross_entropy(logits.float(), ids[:, 1:][predicting])
 
-    def _streams(
-        self, chunks: list[list[str]], sims: dict[str, torch.Tensor] | torch.Tensor, plain_loss: bool = False
-    ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor] | torch.Tensor, torch.Tensor]:
-        """Stream 1 over the chunks, then stream 2 with each Sim of ``sims`` → (stream 1's next-token loss if
-        ``plain_loss``, stream 2's loss per Sim (one tensor for a tensor ``sims``), the attention mask)."""
-        p = self.params
-        ids, mask = self.lm_inputs([t for group in chunks for t in group])
-        decoder = self.lm.causal_lm.get_decoder()
+    def _stream_1(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[InBatchMemory, torch.Tensor]:
+        """The plain causal pass, keeping each layer's keys and values → (that memory, last hidden states)."""
         memory = InBatchMemory()
-        plain = decoder(input_ids=ids, attention_mask=mask, use_cache=False, inbatch_record=memory)  # stream 1
-        losses = {}
-        for name, sim in sims.items() if isinstance(sims, dict) else (("", sims),):
-            plan = InBatchPlan(memory, sim, mask.bool(), p.v_norm, p.v_norm_eps)
-            hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False, inbatch_attend=plan)  # stream 2
-            losses[name] = self._next_token_loss(hidden.last_hidden_state, ids, mask)
-        stream_1 = self._next_token_loss(plain.last_hidden_state, ids, mask).detach() if plain_loss else None
-        return stream_1, losses if isinstance(sims, dict) else losses[""], mask
+        hidden = self.lm.causal_lm.get_decoder()(
+            input_ids=ids, attention_mask=mask, use_cache=False, inbatch_record=memory
+        ).last_hidden_state
+        return memory, hidden
+
+    def _stream_2_loss(
+        self, ids: torch.Tensor, mask: torch.Tensor, memory: InBatchMemory, sim: torch.Tensor
+    ) -> torch.Tensor:
+        """The pass with the in-batch term weighted by ``sim`` → its next-token loss."""
+        p = self.params
+        plan = InBatchPlan(memory, sim, mask.bool(), p.v_norm, p.v_norm_eps)
+        hidden = self.lm.causal_lm.get_decoder()(
+            input_ids=ids, attention_mask=mask, use_cache=False, inbatch_attend=plan
+        ).last_hidden_state
+        return self._next_token_loss(hidden, ids, mask)
 
     def compute_loss(self, batch: ChunkBatch) -> tuple[torch.Tensor, dict[str, float]]:
         if len({len(g) for g in batch.chunks}) != 1:
             raise ValueError("every group of a Revela batch needs the same number of chunks")
         seen = self.retriever.tokens_embedded
         sim = self.similarity(batch.chunks)  # (G, C, C)
-        _, loss, mask = self._streams(batch.chunks, sim)
+        ids, mask = self.lm_inputs([t for group in batch.chunks for t in group])
+        memory, _ = self._stream_1(ids, mask)
+        loss = self._stream_2_loss(ids, mask, memory, sim)
         with torch.no_grad():
             top = sim.max(dim=-1).values.mean()  # how peaked Sim is: 1/(C−1) uniform … 1 one-hot
         tokens = 2 * int(mask.sum()) + self.retriever.tokens_embedded - seen  # two LM streams + retriever
@@ -157,13 +160,12 @@ class Revela(TrainedDenseMethod):
         sim = self.similarity(batch.chunks)
         uniform = (1 - torch.eye(sim.shape[1], device=sim.device, dtype=sim.dtype)) / (sim.shape[1] - 1)
         uniform = uniform.expand_as(sim)
-        sims = {"retriever": sim, "uniform": uniform, "tenth": uniform / 10, "zero": uniform * 0}
-        plain, losses, _ = self._streams(batch.chunks, sims, plain_loss=True)
-        return {
-            "plain": float(plain),
-            **{f"in-batch ({name} Sim)": float(loss) for name, loss in losses.items()},
-            "sim_max": float(sim.max(dim=-1).values.mean()),
-        }
+        ids, mask = self.lm_inputs([t for group in batch.chunks for t in group])
+        memory, plain = self._stream_1(ids, mask)
+        losses = {"plain": float(self._next_token_loss(plain, ids, mask))}
+        for name, weights in (("retriever", sim), ("uniform", uniform), ("tenth", uniform / 10), ("zero", uniform * 0)):
+            losses[f"in-batch ({name} Sim)"] = float(self._stream_2_loss(ids, mask, memory, weights))
+        return {**losses, "sim_max": float(sim.max(dim=-1).values.mean())}
 
     def summary_extra(self) -> dict[str, Any]:
         p = self.params
