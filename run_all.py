@@ -12,7 +12,10 @@ python run_all.py --tune                            # select each trained method
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import logging
+import os
 import sys
 import time
 
@@ -195,40 +198,127 @@ def run_signal_checks(jobs, workspace) -> None:
             )  # fmt: skip
 
 
-def run_stages(runner, jobs, workspace, profile: str, start: float, render: bool = True, after_main=None) -> list:
-    """Run the plan stage by stage (main table, ablations, further seeds), re-rendering the report after
-    each run, so an interruption leaves a complete report of what has run; print progress with an ETA.
-    ``after_main`` (rank 0 only) runs once the main table is done, before the later stages."""
+class StageClock:
+    """The wall time of each stage of this invocation, with how many runs it computed or found cached; written
+    to ``<results>/<profile>/stages/`` after every run (an interruption loses at most the run in progress), read
+    by the report's *Wall time per stage*."""
+
+    def __init__(self, workspace, profile: str, enabled: bool = True):
+        from dreambench.workspace import git_info, machine_info
+
+        self.workspace, self.profile, self.enabled = workspace, profile, enabled
+        self.run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+        git = git_info() if enabled else {}
+        self.common = {"run_id": self.run_id, "command": "python " + " ".join(sys.argv), "commit": git.get("commit"),
+                       "dirty": git.get("dirty"), "machine": machine_info() if enabled else {}}  # fmt: skip
+
+    @contextlib.contextmanager
+    def stage(self, name: str, jobs: int):
+        """``with clock.stage(name, n) as note: ... note(outcomes)`` after each run."""
+        from dreambench.results import write_stage_record
+
+        started, begun = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), time.perf_counter()
+        counts: collections.Counter = collections.Counter()
+
+        def write(finished: bool) -> None:
+            if self.enabled:
+                write_stage_record(self.workspace.results_dir, self.profile, {
+                    **self.common, "stage": name, "started": started, "jobs": jobs, "finished": finished,
+                    "seconds": round(time.perf_counter() - begun, 1), "outcomes": dict(counts)})  # fmt: skip
+
+        def note(outcomes) -> None:
+            counts.update(o.status for o in outcomes)
+            write(False)
+
+        write(False)
+        yield note
+        write(True)
+
+
+class Eta:
+    """A rough time to go: each remaining run that has work to do (training, or evaluating only) is estimated by
+    the mean wall time of the finished runs of the same method and kind of work, else of the same kind, else of
+    any run that did work; runs whose results are all cached count nothing."""
+
+    def __init__(self, work: dict[int, tuple[str, str]]):
+        self.work = work  # id(job) -> (method, "train" | "evaluate" | "none")
+        self.seconds: collections.defaultdict = collections.defaultdict(list)
+
+    def done(self, job, seconds: float) -> None:
+        method, kind = self.work[id(job)]
+        if kind != "none":
+            self.seconds[method, kind].append(seconds)
+
+    def remaining(self, jobs) -> float | None:
+        """Seconds for ``jobs``; None before any run that did work has finished."""
+        by_kind = collections.defaultdict(list)
+        for (_, kind), values in self.seconds.items():
+            by_kind[kind] += values
+        every = [v for values in self.seconds.values() for v in values]
+        total = 0.0
+        for job in jobs:
+            method, kind = self.work[id(job)]
+            if kind == "none":
+                continue
+            seen = self.seconds.get((method, kind)) or by_kind.get(kind) or every
+            if not seen:
+                return None
+            total += sum(seen) / len(seen)
+        return total
+
+
+def run_stages(runner, jobs, workspace, profile: str, start: float, render: bool = True, after_main=None,
+               record: bool = True) -> list:  # fmt: skip
+    """Run the plan stage by stage (the training data, main table, ablations, further seeds), re-rendering the
+    report after each run, so an interruption leaves a complete report of what has run; print progress with
+    an ETA and record each stage's wall time (:class:`StageClock`). ``after_main`` (rank 0 only) runs once the
+    main table is done, before the later stages, as a stage of its own."""
     from dreambench import distributed, report
     from dreambench.runner import STAGES, stage_jobs
 
     say = logging.getLogger("run_all").info
     stages = stage_jobs(jobs)
-    total, done, outcomes = len(jobs), 0, []
+    clock = StageClock(workspace, profile, enabled=record and distributed.is_main())
+    probe = getattr(runner, "work", None)  # what each run has left to do, as the cache stands now
+    eta = Eta({id(j): (j.experiment.method, probe(j) if probe else "train") for j in jobs})
+    to_train = [j for j in jobs if eta.work[id(j)][1] == "train"]
+    ordered = [job for _, stage in stages for job in stage]  # the order the runs go in
+    total, done, outcomes = len(ordered), 0, []
 
     def hook() -> None:
-        if distributed.is_main():
-            after_main()
-            if render:
-                report.render(workspace.results_dir, workspace.reports_dir, profile)
-        distributed.barrier()
+        with clock.stage("signal check", 0):
+            if distributed.is_main():
+                after_main()
+                if render:
+                    report.render(workspace.results_dir, workspace.reports_dir, profile)
+            distributed.barrier()
 
+    if to_train and hasattr(runner, "build_training_data"):
+        with clock.stage("training data", len(to_train)):
+            say("training data for the %d run(s) that train", len(to_train))
+            runner.build_training_data(to_train)
     if after_main is not None and all(name != STAGES[0] for name, _ in stages):
         hook()  # no main table in this plan: the hook runs first
     for number, (name, stage) in enumerate(stages, 1):
         say("stage %d of %d: %s (%d runs)", number, len(stages), name, len(stage))
-        for job in stage:
-            outcomes += runner.run([job])
-            done += 1
-            if not distributed.is_main():
-                continue
-            if render:  # shards of one plan leave rendering to one --render-only at the end
-                report.render(workspace.results_dir, workspace.reports_dir, profile)
-            elapsed = time.perf_counter() - start
-            eta = elapsed / done * (total - done)
-            say("stage %d of %d (%s): %d of %d runs done, %.0f min elapsed, ETA %.0f min for the remaining %d "
-                "(a rough mean of the runs so far; cached runs take seconds)", number, len(stages), name, done,
-                total, elapsed / 60, eta / 60, total - done)  # fmt: skip
+        with clock.stage(name, len(stage)) as note:
+            for job in stage:
+                began = time.perf_counter()
+                finished = runner.run([job])
+                outcomes += finished
+                done += 1
+                eta.done(job, time.perf_counter() - began)
+                note(finished)
+                if not distributed.is_main():
+                    continue
+                if render:  # shards of one plan leave rendering to one --render-only at the end
+                    report.render(workspace.results_dir, workspace.reports_dir, profile)
+                left = eta.remaining(ordered[done:])
+                say("stage %d of %d (%s): %d of %d runs done, %.0f min elapsed, %s", number, len(stages), name,
+                    done, total, (time.perf_counter() - start) / 60,
+                    "nothing left to compute" if left == 0 else
+                    f"ETA {left / 60:.0f} min (each run left estimated from the finished runs like it)"
+                    if left is not None else "ETA once a run that computes something has finished")  # fmt: skip
         if after_main is not None and name == STAGES[0]:
             hook()
     return outcomes

@@ -7,6 +7,7 @@ Outputs under ``<reports-dir>/<profile>/``:
 * ``nano_fidelity.csv`` — nano vs full-corpus NDCG@10 of the methods that have both;
 * ``training.csv`` — per trained method/experiment: steps, time, loss, held-out top-1/MRR before and after;
 * ``results_long.csv`` — every stored score (method, experiment, dataset, metric, value, queries, docs);
+* ``stage_times.csv`` — wall time per stage of ``run_all.py`` (training data, main table, …), summed over runs;
 * ``provenance.csv`` — per result: its dependency fingerprint and commit (``run_all.py --check`` verifies them);
 * ``report.md`` — the tables, reproduction checks against published reference numbers ([OK]/[FAIL]), the
   DREAM paper's numbers side by side (``shared/reference/dream_paper_ndcg10.csv``), and provenance.
@@ -14,6 +15,7 @@ Outputs under ``<reports-dir>/<profile>/``:
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 from dataclasses import dataclass
@@ -840,6 +842,51 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
     return table, lines
 
 
+STAGE_ORDER = ("training data", "main table", "signal check", "ablations", "further seeds")
+
+
+def stage_times(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[str]]:
+    """Wall time per stage of ``run_all.py`` (summed over the invocations that ran it: an interrupted run
+    resumed later counts both parts), with the runs it computed and found cached → (table, notes)."""
+    from .results import load_stage_records
+
+    records = load_stage_records(results_dir, profile)
+    if not records:
+        return pd.DataFrame(), []
+    rows = []
+    for stage, group in pd.DataFrame(records).groupby("stage", sort=False):
+        outcomes = collections.Counter()
+        for counts in group.outcomes:
+            outcomes.update(counts or {})
+        rows.append({
+            "stage": stage,
+            "wall min": group.seconds.sum() / 60,
+            "invocations": len(group),
+            "interrupted": int((~group.finished.astype(bool)).sum()),
+            "results computed": outcomes.get("computed", 0),
+            "results cached": outcomes.get("cached", 0),
+            "results failed": outcomes.get("failed", 0),
+            "commits": ", ".join(sorted({str(c)[:10] for c in group.commit})),
+        })  # fmt: skip
+    table = pd.DataFrame(rows)
+    table["order"] = [STAGE_ORDER.index(s) if s in STAGE_ORDER else len(STAGE_ORDER) for s in table.stage]
+    table = table.sort_values(["order", "stage"]).drop(columns="order").set_index("stage")
+    machines = sorted({_machine_label(r.get("machine") or {}) for r in records})
+    notes = [f"Machine(s): {'; '.join(machines)}. Commands: "
+             + "; ".join(f"`{c}`" for c in sorted({r['command'] for r in records})) + "."]  # fmt: skip
+    upto = [s for s in ("training data", "main table") if s in table.index]
+    if "main table" in table.index:
+        notes.append(f"The main table took {table.loc[upto, 'wall min'].sum():.0f} min of wall time "
+                     f"({' + '.join(upto)}), counting only what these invocations computed; cached results "
+                     "take seconds.")  # fmt: skip
+    return table, notes
+
+
+def _machine_label(machine: dict[str, Any]) -> str:
+    device = machine.get("cuda_device") or f"{machine.get('cpus', '?')} CPU cores"
+    return f"{device}, {machine.get('torch_threads', '?')} torch threads, {machine.get('platform', '?')}"
+
+
 def not_yet_run(results_dir: Path, profile: str) -> tuple[list[str], list[str]]:
     """What the profile's default plan (``python run_all.py --profile <profile>``) has not stored yet: one
     line per experiment with missing results, and the main-table rows that have no result at all."""
@@ -1145,6 +1192,11 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     counts = frame[frame.metric == "ndcg_at_10"].groupby("dataset")[["num_queries", "num_docs"]].first()
     counts.insert(0, "kind", [_dataset_kind(d) for d in counts.index])
     sections += ["## Datasets", "", _markdown(counts), ""]
+    stages, stage_notes = stage_times(results_dir, profile)
+    if not stages.empty:
+        stages.to_csv(out / "stage_times.csv", float_format="%.1f")
+        sections += ["## Wall time per stage (`run_all.py`, this machine)", "", _markdown(stages, ".1f"), "",
+                     *stage_notes, ""]  # fmt: skip
     provenance = provenance_table(results_dir, profile)
     counts = provenance.groupby(["commit", "dirty"], dropna=False).size()
     listed = [

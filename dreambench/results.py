@@ -127,6 +127,29 @@ def write_result(
     return payload
 
 
+STAGE_RECORDS = "stages"  # <results>/<profile>/stages/: the wall time of every stage of every run_all.py run
+
+
+def stage_record_path(results_dir: Path, profile: str, run_id: str, stage: str) -> Path:
+    return results_dir / profile / STAGE_RECORDS / f"{run_id}-{stage.replace(' ', '-')}.json"
+
+
+def write_stage_record(results_dir: Path, profile: str, record: dict[str, Any]) -> None:
+    """One stage of one invocation (``run_id``): rewritten as the stage goes, so an interrupted run keeps the
+    time it spent up to its last finished job."""
+    write_json_atomic(stage_record_path(results_dir, profile, record["run_id"], record["stage"]), record)
+
+
+def load_stage_records(results_dir: Path, profile: str) -> list[dict[str, Any]]:
+    records = []
+    for path in sorted((results_dir / profile / STAGE_RECORDS).glob("*.json")):
+        try:
+            records.append(json.loads(path.read_text()))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            log.warning("ignoring unreadable stage record %s (%s)", path, exc)
+    return records
+
+
 def iter_results(results_dir: Path, profile: str | None = None) -> Iterator[dict[str, Any]]:
     pattern = f"{profile}/*/*/*.json" if profile else "*/*/*/*.json"
     for path in sorted(results_dir.glob(pattern)):

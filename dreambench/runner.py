@@ -388,6 +388,33 @@ class Runner:
                     if folder is not None and (folder / "corpus.jsonl").is_file():
                         validate_beir_folder(folder, job.config.eval.split, name)
 
+    def work(self, job: Job) -> str:
+        """What running ``job`` would do now: ``"train"`` (train, then evaluate), ``"evaluate"`` or ``"none"``
+        (every result cached or unavailable). Read from the cache as it stands; for progress estimates."""
+        method = METHODS.get(job.experiment.method)(job.config, self.workspace, job.experiment.name)
+        _, pending = self._pending(job, method)
+        if not pending:
+            return "none"
+        if method.trainable and not (method.checkpoint_dir() / "final.pt").is_file():
+            return "train"
+        return "evaluate"
+
+    def build_training_data(self, jobs: Sequence[Job]) -> int:
+        """Build (or load) the shared training data of ``jobs``, once per data configuration, before any of them
+        trains: the same call each run's ``prepare`` makes (then a cache read), so the data's time is its own
+        stage. Returns the number of data configurations."""
+        from .data.training import load_training_data
+
+        seen: set[str] = set()
+        for job in jobs:
+            key = fingerprint(job.config.data)
+            if key in seen:
+                continue
+            seen.add(key)
+            with distributed.main_first():  # several processes: rank 0 builds the data, the others load it
+                load_training_data(job.config, self.workspace)
+        return len(seen)
+
     def describe(self, jobs: list[Job]) -> list[str]:
         """What would run (``--dry-run``): one line per job and dataset, with cache status, and what a
         trained job needs (accelerator memory estimate, models to download)."""

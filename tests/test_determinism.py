@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import run_all
+from dreambench.results import STAGE_RECORDS, load_stage_records
 
 TIMING_KEYS = {"timings", "created"}
 
@@ -33,6 +34,8 @@ def _normalised(payload):
 def _snapshot(results_dir):
     files = {}
     for path in sorted(results_dir.rglob("*")):
+        if STAGE_RECORDS in path.relative_to(results_dir).parts:  # wall time per stage: clock facts only
+            continue
         if path.suffix == ".json":
             files[str(path.relative_to(results_dir))] = _normalised(json.loads(path.read_text()))
         elif path.name.endswith(".run.trec.gz"):  # gzip headers carry a time stamp: compare the content
@@ -114,3 +117,17 @@ def test_smoke_profile_twice_and_killed_midway_gives_identical_results(workspace
     resumed = _snapshot(workspace.results_dir)
     assert resumed.keys() == first.keys()
     assert _differences(first, resumed) == []
+
+    # each stage's wall time, kept across the interruption: the killed run's records stop at its last write
+    records = load_stage_records(workspace.results_dir, "smoke")
+    killed, again = sorted({r["run_id"] for r in records})
+    stages = {(r["run_id"], r["stage"]): r for r in records}
+    assert stages[killed, "training data"]["finished"] and not stages[killed, "main table"]["finished"]
+    assert stages[again, "main table"]["finished"] and stages[again, "main table"]["outcomes"]["computed"] > 0
+    assert (again, "training data") in stages  # the killed run's trainings were not finished: they train again
+    report = (workspace.reports_dir / "smoke" / "report.md").read_text()
+    section = report.split("## Wall time per stage")[1].split("\n## ")[0]
+    rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| ")}
+    assert list(rows)[1:] == ["training data", "main table"]  # after the header, in the order they run
+    assert rows["main table"].split("|")[3].strip() == "2" and rows["main table"].split("|")[4].strip() == "1"
+    assert "The main table took" in section

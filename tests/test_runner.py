@@ -482,3 +482,22 @@ def test_shards_split_the_plan_into_disjoint_parts(workspace, capsys):
     for bad in ("3/3", "1-2", "0/0"):
         assert run_all.main([*args, "--shard", bad]) == 2
         assert "--shard" in capsys.readouterr().err
+
+
+def test_eta_estimates_each_run_left_from_the_finished_runs_like_it():
+    """Cached runs count nothing; a run is estimated by finished runs of its method and kind of work, else of its
+    kind, else of any; before any run that did work, there is no estimate (not the setup time spread out)."""
+    jobs = [object() for _ in range(6)]
+    work = ["train", "evaluate", "none", "train", "train", "evaluate"]
+    methods = ["infonce", "infonce", "dream", "dream", "infonce", "dream"]
+    eta = run_all.Eta({id(j): (m, w) for j, m, w in zip(jobs, methods, work, strict=True)})
+    assert eta.remaining(jobs) is None
+    assert eta.remaining([jobs[2]]) == 0  # all cached
+    eta.done(jobs[2], 1000.0)  # a cached run's seconds teach nothing
+    assert eta.remaining(jobs[3:]) is None
+    eta.done(jobs[0], 600.0)  # infonce trained in 10 min
+    assert eta.remaining([jobs[4]]) == 600.0  # the same method and kind
+    assert eta.remaining([jobs[3]]) == 600.0  # dream trains: no dream run yet, the kind's mean
+    eta.done(jobs[1], 60.0)
+    eta.done(jobs[3], 1200.0)
+    assert eta.remaining(jobs[4:]) == 600.0 + 60.0  # infonce trains; dream evaluates (the kind's mean)
