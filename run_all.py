@@ -181,14 +181,17 @@ def build_data(config, workspace) -> int:
     return 0
 
 
-def run_signal_checks(jobs, workspace) -> None:
-    """DREAM's signal check (``dreambench.signal``), after the main table: cached, shown in the report."""
+def run_signal_checks(jobs, workspace) -> int:
+    """DREAM's signal check (``dreambench.signal``), after the main table: cached, shown in the report. Returns
+    how many checks were computed (not read from the cache)."""
     from dreambench.signal import signal_check
 
+    computed = 0
     for job in jobs:  # seeds share one check: it does not depend on train.seed (cached by its inputs)
         if job.experiment.method != "dream" or job.experiment.group != "main":
             continue
         payload = signal_check(job.config, workspace)
+        computed += not payload.get("cached")
         for head_set, row in payload["head_sets"].items():
             low, high = row["favours_target_ci95"]
             logging.getLogger("run_all").info(
@@ -196,6 +199,7 @@ def run_signal_checks(jobs, workspace) -> None:
                 "[%.2f, %.2f] of %d held-out instances (chance %.3f)",
                 head_set, row["oracle_gap"], row["favours_target"], low, high, row["instances"], row["chance"],
             )  # fmt: skip
+    return computed
 
 
 class StageClock:
@@ -214,8 +218,10 @@ class StageClock:
 
     @contextlib.contextmanager
     def stage(self, name: str, jobs: int):
-        """``with clock.stage(name, n) as note: ... note(outcomes)`` after each run."""
-        from dreambench.results import write_stage_record
+        """``with clock.stage(name, n) as note: ...``, calling ``note(outcomes)`` after each run (or
+        ``note(computed=k)`` for work that is not a run). A stage that computed nothing and failed nothing (a
+        re-run over the cache) leaves no record; an interrupted one keeps what it wrote last."""
+        from dreambench.results import stage_record_path, write_stage_record
 
         started, begun = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), time.perf_counter()
         counts: collections.Counter = collections.Counter()
@@ -226,13 +232,17 @@ class StageClock:
                     **self.common, "stage": name, "started": started, "jobs": jobs, "finished": finished,
                     "seconds": round(time.perf_counter() - begun, 1), "outcomes": dict(counts)})  # fmt: skip
 
-        def note(outcomes) -> None:
+        def note(outcomes=(), computed: int = 0) -> None:
             counts.update(o.status for o in outcomes)
+            counts["computed"] += computed
             write(False)
 
         write(False)
         yield note
-        write(True)
+        if counts["computed"] or counts["failed"]:
+            write(True)
+        elif self.enabled:
+            stage_record_path(self.workspace.results_dir, self.profile, self.run_id, name).unlink(missing_ok=True)
 
 
 class Eta:
@@ -286,17 +296,17 @@ def run_stages(runner, jobs, workspace, profile: str, start: float, render: bool
     total, done, outcomes = len(ordered), 0, []
 
     def hook() -> None:
-        with clock.stage("signal check", 0):
+        with clock.stage("signal check", 0) as note:
             if distributed.is_main():
-                after_main()
+                note(computed=after_main() or 0)
                 if render:
                     report.render(workspace.results_dir, workspace.reports_dir, profile)
             distributed.barrier()
 
     if to_train and hasattr(runner, "build_training_data"):
-        with clock.stage("training data", len(to_train)):
+        with clock.stage("training data", len(to_train)) as note:
             say("training data for the %d run(s) that train", len(to_train))
-            runner.build_training_data(to_train)
+            note(computed=runner.build_training_data(to_train))
     if after_main is not None and all(name != STAGES[0] for name, _ in stages):
         hook()  # no main table in this plan: the hook runs first
     for number, (name, stage) in enumerate(stages, 1):

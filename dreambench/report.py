@@ -863,16 +863,20 @@ def stage_times(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[str
             "wall min": group.seconds.sum() / 60,
             "invocations": len(group),
             "interrupted": int((~group.finished.astype(bool)).sum()),
-            "results computed": outcomes.get("computed", 0),
-            "results cached": outcomes.get("cached", 0),
-            "results failed": outcomes.get("failed", 0),
+            "computed": outcomes.get("computed", 0),
+            "cached": outcomes.get("cached", 0),
+            "failed": outcomes.get("failed", 0),
             "commits": ", ".join(sorted({str(c)[:10] for c in group.commit})),
         })  # fmt: skip
     table = pd.DataFrame(rows)
     table["order"] = [STAGE_ORDER.index(s) if s in STAGE_ORDER else len(STAGE_ORDER) for s in table.stage]
     table = table.sort_values(["order", "stage"]).drop(columns="order").set_index("stage")
     machines = sorted({_machine_label(r.get("machine") or {}) for r in records})
-    notes = [f"Machine(s): {'; '.join(machines)}. Commands: "
+    notes = ["`computed` / `cached` / `failed`: results (a run on one dataset) for the runs' stages, data "
+             "configurations built for *training data*, checks for *signal check*. An invocation that computed "
+             "nothing in a stage (a re-run over the cache) leaves no record; `interrupted`: invocations stopped "
+             "inside the stage, counted up to their last finished run.",
+             f"Machine(s): {'; '.join(machines)}. Commands: "
              + "; ".join(f"`{c}`" for c in sorted({r['command'] for r in records})) + "."]  # fmt: skip
     upto = [s for s in ("training data", "main table") if s in table.index]
     if "main table" in table.index:

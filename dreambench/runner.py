@@ -402,18 +402,20 @@ class Runner:
     def build_training_data(self, jobs: Sequence[Job]) -> int:
         """Build (or load) the shared training data of ``jobs``, once per data configuration, before any of them
         trains: the same call each run's ``prepare`` makes (then a cache read), so the data's time is its own
-        stage. Returns the number of data configurations."""
-        from .data.training import load_training_data
+        stage. Returns how many were built (not found in the cache)."""
+        from .data.training import load_training_data, training_data_folder
 
         seen: set[str] = set()
+        built = 0
         for job in jobs:
             key = fingerprint(job.config.data)
             if key in seen:
                 continue
             seen.add(key)
+            built += not (training_data_folder(job.config.data, self.workspace) / "manifest.json").is_file()
             with distributed.main_first():  # several processes: rank 0 builds the data, the others load it
                 load_training_data(job.config, self.workspace)
-        return len(seen)
+        return built
 
     def describe(self, jobs: list[Job]) -> list[str]:
         """What would run (``--dry-run``): one line per job and dataset, with cache status, and what a

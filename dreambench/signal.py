@@ -231,7 +231,7 @@ def signal_check(
     if path.is_file() and not overwrite:
         import json
 
-        return json.loads(path.read_text())
+        return {**json.loads(path.read_text()), "cached": True}  # the flag is not stored
     judge = Judge.load(settings.judge, workspace).eval()
     p = _dream_params(config)
     ranking = load_or_rank_heads(

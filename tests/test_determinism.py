@@ -124,10 +124,13 @@ def test_smoke_profile_twice_and_killed_midway_gives_identical_results(workspace
     stages = {(r["run_id"], r["stage"]): r for r in records}
     assert stages[killed, "training data"]["finished"] and not stages[killed, "main table"]["finished"]
     assert stages[again, "main table"]["finished"] and stages[again, "main table"]["outcomes"]["computed"] > 0
-    assert (again, "training data") in stages  # the killed run's trainings were not finished: they train again
+    assert stages[killed, "training data"]["outcomes"] == {"computed": 1}  # one data configuration, built
+    assert (again, "training data") not in stages  # built by the killed run: reading it again is not work
     report = (workspace.reports_dir / "smoke" / "report.md").read_text()
     section = report.split("## Wall time per stage")[1].split("\n## ")[0]
     rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| ")}
     assert list(rows)[1:] == ["training data", "main table"]  # after the header, in the order they run
     assert rows["main table"].split("|")[3].strip() == "2" and rows["main table"].split("|")[4].strip() == "1"
     assert "The main table took" in section
+    assert run_all.main(_args(workspace)) == 0  # all cached: no stage computed anything, none is recorded
+    assert len(load_stage_records(workspace.results_dir, "smoke")) == len(records)

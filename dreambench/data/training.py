@@ -266,10 +266,15 @@ def _read_jsonl(path: Path) -> list[TrainingInstance]:
     return instances
 
 
+def training_data_folder(data: DataConfig, workspace: Workspace) -> Path:
+    """Where the training data of ``data`` is (or will be) built."""
+    return workspace.cache_dir / "training-data" / f"{data.source}-{data_fingerprint(data)}"
+
+
 def load_training_data(config: RunConfig, workspace: Workspace) -> TrainingData:
     """Build (once) and load the training, held-out and probe instances for ``config.data``."""
     data = config.data
-    folder = workspace.cache_dir / "training-data" / f"{data.source}-{data_fingerprint(data)}"
+    folder = training_data_folder(data, workspace)
     if not (folder / "manifest.json").is_file():
         _build(data, workspace, folder)
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -290,7 +295,7 @@ def check_candidate_pools(config: RunConfig, workspace: Workspace) -> None:
     texts); cheap (no model, no index). Nothing to check once the data is built, nor for a source that
     must be downloaded (its build checks the same, before generating any query)."""
     data = config.data
-    folder = workspace.cache_dir / "training-data" / f"{data.source}-{data_fingerprint(data)}"
+    folder = training_data_folder(data, workspace)
     if (folder / "manifest.json").is_file() or data.source not in LOCAL_SOURCES:
         return
     _, heldout_articles, training_articles = split_articles(load_articles(data.source), data)
