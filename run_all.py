@@ -202,6 +202,22 @@ def run_signal_checks(jobs, workspace) -> int:
     return computed
 
 
+LOCAL_OPTIONS = ("--data-dir", "--cache-dir", "--results-dir", "--reports-dir")  # where, not what: machine-local
+
+
+def _portable_command(argv: list[str]) -> str:
+    """``argv`` as a command line without the options that only name local folders."""
+    kept, skip = [], False
+    for arg in argv[1:]:
+        if skip:
+            skip = False
+        elif arg in LOCAL_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(f"{o}=" for o in LOCAL_OPTIONS)):
+            kept.append(arg)
+    return " ".join(["python run_all.py", *kept])
+
+
 class StageClock:
     """The wall time of each stage of this invocation, with how many runs it computed or found cached; written
     to ``<results>/<profile>/stages/`` after every run (an interruption loses at most the run in progress), read
@@ -213,7 +229,7 @@ class StageClock:
         self.workspace, self.profile, self.enabled = workspace, profile, enabled
         self.run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
         git = git_info() if enabled else {}
-        self.common = {"run_id": self.run_id, "command": "python " + " ".join(sys.argv), "commit": git.get("commit"),
+        self.common = {"run_id": self.run_id, "command": _portable_command(sys.argv), "commit": git.get("commit"),
                        "dirty": git.get("dirty"), "machine": machine_info() if enabled else {}}  # fmt: skip
 
     @contextlib.contextmanager

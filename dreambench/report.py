@@ -876,14 +876,14 @@ def stage_times(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[str
              "configurations built for *training data*, checks for *signal check*. An invocation that computed "
              "nothing in a stage (a re-run over the cache) leaves no record; `interrupted`: invocations stopped "
              "inside the stage, counted up to their last finished run.",
-             f"Machine(s): {'; '.join(machines)}. Commands: "
+             f"Machine(s): {'; '.join(machines)}. Commands (local folder options left out): "
              + "; ".join(f"`{c}`" for c in sorted({r['command'] for r in records})) + "."]  # fmt: skip
     upto = [s for s in ("training data", "main table") if s in table.index]
     if "main table" in table.index:
-        notes.append(f"The main table took {table.loc[upto, 'wall min'].sum():.0f} min of wall time "
+        notes.append(f"The main table took {table.loc[upto, 'wall min'].sum():.1f} min of wall time "
                      f"({' + '.join(upto)}), counting only what these invocations computed; cached results "
                      "take seconds.")  # fmt: skip
-    return table, notes
+    return table, [line for note in notes for line in (note, "")][:-1]
 
 
 def _machine_label(machine: dict[str, Any]) -> str:

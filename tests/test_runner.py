@@ -502,3 +502,8 @@ def test_eta_estimates_each_run_left_from_the_finished_runs_like_it():
     eta.done(jobs[1], 60.0)
     eta.done(jobs[3], 1200.0)
     assert eta.remaining(jobs[4:]) == 600.0 + 60.0  # infonce trains; dream evaluates (the kind's mean)
+
+
+def test_stage_records_name_the_command_without_local_folders():
+    argv = ["run_all.py", "--profile", "mini", "--cache-dir", "/tmp/c", "--results-dir=/tmp/r", "--seeds", "0,1"]
+    assert run_all._portable_command(argv) == "python run_all.py --profile mini --seeds 0,1"
