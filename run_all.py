@@ -293,8 +293,7 @@ class Eta:
         return total
 
 
-def run_stages(runner, jobs, workspace, profile: str, start: float, render: bool = True, after_main=None,
-               record: bool = True) -> list:  # fmt: skip
+def run_stages(runner, jobs, workspace, profile: str, start: float, render: bool = True, after_main=None) -> list:
     """Run the plan stage by stage (the training data, main table, ablations, further seeds), re-rendering the
     report after each run, so an interruption leaves a complete report of what has run; print progress with
     an ETA and record each stage's wall time (:class:`StageClock`). ``after_main`` (rank 0 only) runs once the
@@ -304,7 +303,7 @@ def run_stages(runner, jobs, workspace, profile: str, start: float, render: bool
 
     say = logging.getLogger("run_all").info
     stages = stage_jobs(jobs)
-    clock = StageClock(workspace, profile, enabled=record and distributed.is_main())
+    clock = StageClock(workspace, profile, enabled=distributed.is_main())
     probe = getattr(runner, "work", None)  # what each run has left to do, as the cache stands now
     eta = Eta({id(j): (j.experiment.method, probe(j) if probe else "train") for j in jobs})
     to_train = [j for j in jobs if eta.work[id(j)][1] == "train"]
