@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--seeds",
-        help="comma-separated training seeds for every trained method, e.g. 0,1,2 (default: train.seed)",
+        help="comma-separated training seeds for every trained experiment, e.g. 0,1,2 (default: the profile's: "
+        "the main table's seeds, an ablation's own, else train.seed)",
     )
     parser.add_argument(
         "--no-signal-check",
@@ -444,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
                 _split(args.methods),
                 _split(args.datasets),
                 _split(args.experiments),
-                _seeds(args.seeds) or list(profile.seeds) or None,
+                _seeds(args.seeds),
                 workspace.data_dir,
             )
             shard = _shard(args.shard)

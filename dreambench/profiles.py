@@ -27,6 +27,9 @@ class Experiment:
     overrides: Mapping[str, Any] = field(default_factory=dict)  # dotted keys into RunConfig
     group: str = "main"  # main | ablation name (reports group tables by it)
     description: str = ""
+    # training seeds of an ablation in the default plan (the main table's come from the profile's ``seeds``);
+    # empty: the config's train.seed only. ``--seeds`` overrides both.
+    seeds: tuple[int, ...] = ()
 
     def resolve(self, base: RunConfig) -> RunConfig:
         return apply_overrides(base, self.overrides, where=f"experiment {self.method}/{self.name}")
@@ -90,12 +93,15 @@ def _grids(lr_axis: tuple[str, tuple[Any, ...]]) -> dict[str, Grid]:
 
 
 def _dream_ablations(
-    default_heads: int, default_k: int, datasets: tuple[str, ...], tuned: Mapping[str, Any] = {}
-) -> tuple[Experiment, ...]:
+    default_heads: int, default_k: int, datasets: tuple[str, ...], tuned: Mapping[str, Any] = {},
+    head_selection_seeds: tuple[int, ...] = (),
+) -> tuple[Experiment, ...]:  # fmt: skip
     """DREAM §5–6: head count (Fig. 3), random heads (Fig. 2), candidate count (Fig. 6), judge LoRA (Fig. 5).
 
     Each is a named delta of the profile's config; the default configuration is the reference row of every
-    ablation table (an experiment whose delta changes nothing reuses the default's trained weights).
+    ablation table, at the seeds the ablation ran (an experiment whose delta changes nothing reuses the
+    default's trained weights). ``head_selection_seeds``: the training seeds of the Fig. 2 ablation (random
+    heads), the others run one.
     """
     only = {"eval.datasets": datasets} if datasets else {}
     experiments = [
@@ -105,9 +111,10 @@ def _dream_ablations(
     ]  # fmt: skip
     experiments += [
         Experiment("dream", "heads-random", {**only, "methods.dream.head_selection": "random"},
-                   "ablation-head-selection", f"{default_heads} heads drawn at random"),
+                   "ablation-head-selection", f"{default_heads} heads drawn at random", head_selection_seeds),
         Experiment("dream", "heads-random-middle", {**only, "methods.dream.head_selection": "random-middle"},
-                   "ablation-head-selection", f"{default_heads} heads drawn at random from the middle layers"),
+                   "ablation-head-selection", f"{default_heads} heads drawn at random from the middle layers",
+                   head_selection_seeds),
     ]  # fmt: skip
     experiments += [
         Experiment("dream", f"candidates-{k}", {**only, "data.num_candidates": k}, "ablation-candidates",
@@ -185,8 +192,12 @@ MINI = Profile(
             ),
         ),
     ),  # fmt: skip
+    # the Fig. 2 ablation (selected vs random heads: the mechanism the paper's method rests on) runs the main
+    # table's three seeds, since DREAM's runs at this budget either learn or barely move depending on the seed
+    # (README, "Budgets"); the other ablations one seed each, to fit the budget
     experiments=_main_experiments(MINI_TUNED)
-    + _dream_ablations(16, 8, ("wiki-desc2lead", "nano-scifact", "nano-arguana"), MINI_TUNED.get("dream", {})),
+    + _dream_ablations(16, 8, ("wiki-desc2lead", "nano-scifact", "nano-arguana"), MINI_TUNED.get("dream", {}),
+                       head_selection_seeds=(0, 1, 2)),  # fmt: skip
     tuning=_grids(LR_AXIS),
     tuned=MINI_TUNED,
     seeds=(0, 1, 2),

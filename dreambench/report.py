@@ -220,17 +220,11 @@ def score_table(frame: pd.DataFrame, metric: str = "ndcg_at_10", group: str | No
     """Rows = method/experiment, columns = datasets grouped by block, each block followed by its average.
 
     An ablation group's table also shows the default experiment of the same method (its reference row),
-    on the ablation's datasets.
+    on the ablation's datasets and at the ablation's seeds (a row is the mean over its seeds).
     """
     sub = frame[frame.metric == metric]
     if group is not None:
-        members = sub[sub.group == group]
-        if group != "main" and not members.empty:
-            reference = sub[
-                (sub.group == "main") & (sub.experiment == "default") & sub.method.isin(set(members.method))
-            ]
-            members = pd.concat([reference[reference.dataset.isin(set(members.dataset))], members])
-        sub = members
+        sub = sub[sub.group == group] if group == "main" else with_reference(sub, group)
     if sub.empty:
         return pd.DataFrame()
     sub = sub.assign(row=[_row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
@@ -247,6 +241,32 @@ def score_table(frame: pd.DataFrame, metric: str = "ndcg_at_10", group: str | No
                 table[label] = complete.mean(axis=1)
                 ordered.append(label)
     return table[ordered]
+
+
+def with_reference(frame: pd.DataFrame, group: str) -> pd.DataFrame:
+    """An ablation group's results and its reference: the default experiment of the same method(s) on the
+    ablation's datasets, at the seeds the ablation ran (an ablation of seed 0 against the default's seed 0, not
+    against its mean over seeds)."""
+    members = frame[frame.group == group]
+    if members.empty:
+        return members
+    reference = frame[
+        (frame.group == "main")
+        & (frame.experiment == "default")
+        & frame.method.isin(set(members.method))
+        & frame.dataset.isin(set(members.dataset))
+        & frame.seed.isin(set(members.seed))
+    ]
+    return pd.concat([reference, members])
+
+
+def row_seeds(frame: pd.DataFrame) -> dict[str, list[int]]:
+    """Row label (method/experiment) → the training seeds it has results for."""
+    rows: dict[str, set[int]] = {}
+    for method, experiment, seed in zip(frame.method, frame.experiment, frame.seed, strict=True):
+        if pd.notna(seed):
+            rows.setdefault(_row_label(method, experiment), set()).add(int(seed))
+    return {row: sorted(seeds) for row, seeds in rows.items()}
 
 
 SUITE_ORDER = ("Wikipedia", "BEIR", "RTEB", "user")
@@ -515,8 +535,7 @@ def plot_ablation(frame: pd.DataFrame, group: str, path: Path) -> bool:
     title, setting = ABLATION_FIGURES.get(group, (group, None))
     fig, ax = plt.subplots(figsize=(6.5, 4))
     if setting is not None:
-        sub = frame[(frame.metric == "ndcg_at_10") & frame.method.eq("dream")]
-        sub = sub[(sub.group == group) | ((sub.group == "main") & (sub.experiment == "default"))]
+        sub = with_reference(frame[(frame.metric == "ndcg_at_10") & frame.method.eq("dream")], group)
         sub = sub[sub.dataset.isin(datasets)].assign(x=lambda f: _ablation_x(f, setting))
         pivot = sub.pivot_table(index="x", columns="dataset", values="value", aggfunc="mean").sort_index()
         for i, dataset in enumerate(datasets):
@@ -690,6 +709,27 @@ def learning_verdicts(training: pd.DataFrame) -> list[str]:
     ]
 
 
+def runs_learned(training: pd.DataFrame | None) -> dict[tuple[str, int], bool]:
+    """(method/experiment, seed) → whether that training run learned (:func:`learned`)."""
+    if training is None or training.empty:
+        return {}
+    out = {}
+    for label, row in training.iterrows():
+        name, _, seed = str(label).rpartition(" [seed ")
+        out[(name, int(float(seed.rstrip("]"))))] = learned(
+            row["held-out top-1 before"], row["held-out top-1 after"], int(row["held-out instances"])
+        )
+    return out
+
+
+def _seeds_label(seeds: set[int]) -> str:
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, sorted(seeds)))}"
+
+
+def _seeds_count(seeds: set[int]) -> str:
+    return "one seed" if len(seeds) == 1 else f"{len(seeds)} seeds"
+
+
 # the paper's claims (DREAM §4.2 and §5–6) checked on this profile's results
 BASELINE_CLAIMS = (
     ("DREAM beats InfoNCE (Tables 1, 4–5)", "infonce"),
@@ -709,8 +749,10 @@ def claims_table(
     Verdict: *does not hold* when DREAM is behind on every dataset or significantly behind on any; *holds* when
     it is ahead on every dataset and significantly ahead on at least one (*ahead, not significantly* when on
     none); *mixed* otherwise. When DREAM or the baseline did not learn in every seed (``training``: the held-out
-    top-1 did not rise), the verdict says so: it then compares a model that barely moved. Ablation claims compare single-seed runs (the ablations' seed; the default's run
-    of that seed as reference) on the ablation's sets, by the mean over those sets (no test: one seed).
+    top-1 did not rise), the verdict says so: it then compares a model that barely moved. Ablation claims
+    compare the rows at the seeds both ran (the default's runs of those seeds as reference) by the mean over
+    the ablation's sets and those seeds (no significance test: an ablation has one to three seeds), and say in
+    how many of them each row learned.
     """
     rows = []
     sets = [c for c in main.columns if not str(c).startswith("avg ")]
@@ -739,14 +781,25 @@ def claims_table(
             measured += "; " + "; ".join(f"{m} learned in {r} of {n} seed(s)" for m, r, n in stalled)
             verdict += f" — but {' and '.join(m for m, _, _ in stalled)} did not learn in every seed"
         rows.append({"claim": claim, "measured": measured, "verdict": verdict})
-    ablations = frame[(frame.metric == "ndcg_at_10") & (frame.group != "main")]
-    seed = ablations.seed.min() if not ablations.empty else None
-    single = frame[(frame.metric == "ndcg_at_10") & (frame.seed == seed)] if seed is not None else frame.iloc[:0]
-    single = single.assign(row=[_row_label(m, e) for m, e in zip(single.method, single.experiment, strict=True)])
+    scores = frame[frame.metric == "ndcg_at_10"]
+    scores = scores.assign(row=[_row_label(m, e) for m, e in zip(scores.method, scores.experiment, strict=True)])
+    learned_runs = runs_learned(training)
 
-    def mean_over(row: str, datasets: list[str]) -> float | None:
-        values = single[(single.row == row) & single.dataset.isin(datasets)].set_index("dataset").value
-        return float(values.mean()) if len(values) == len(datasets) and datasets else None
+    def complete_seeds(row: str, datasets: list[str]) -> set[int]:
+        """The seeds at which ``row`` has a result on every one of ``datasets``."""
+        sub = scores[(scores.row == row) & scores.dataset.isin(datasets)]
+        return {int(k) for k, runs in sub.groupby("seed") if set(runs.dataset) >= set(datasets)} if datasets else set()
+
+    def mean_over(row: str, datasets: list[str], seeds: set[int]) -> float:
+        sub = scores[(scores.row == row) & scores.dataset.isin(datasets) & scores.seed.isin(seeds)]
+        return float(sub.value.mean())
+
+    def matched(rows: list[str], datasets: list[str]) -> tuple[set[int], str]:
+        """The seeds every row ran on every dataset, and how many of them each row learned in (if known)."""
+        seeds = set.intersection(*(complete_seeds(r, datasets) for r in rows)) if rows else set()
+        learned = [(r, sum(learned_runs[(r, k)] for k in seeds)) for r in rows if all((r, k) in learned_runs for k in seeds)]
+        note = "; learned in: " + ", ".join(f"{r} {n} of {len(seeds)}" for r, n in learned) if seeds and learned else ""
+        return seeds, note  # fmt: skip
 
     dream = frame[(frame.method == "dream") & (frame.experiment == "default")]
     heads = int(dream.params.iloc[0].get("num_heads", 16)) if not dream.empty else 16
@@ -767,21 +820,25 @@ def claims_table(
          "ablation-judge"),
     )  # fmt: skip
     for claim, ours, theirs, group in ablation_claims:
-        datasets = sorted(set(single[single.group == group].dataset))
-        a, b = mean_over(ours, datasets), mean_over(theirs, datasets)
-        if a is None or b is None:
+        datasets = sorted(set(scores[scores.group == group].dataset))
+        seeds, note = matched([ours, theirs], datasets)
+        if not seeds:
             rows.append({"claim": claim, "measured": "not run yet", "verdict": "–"})
             continue
+        a, b = mean_over(ours, datasets, seeds), mean_over(theirs, datasets, seeds)
         holds = a >= b if "at least" in claim else a > b
-        rows.append({"claim": claim, "measured": f"{a:.4f} vs {b:.4f} (mean NDCG@10 over {len(datasets)} sets, seed {seed})",
-                     "verdict": f"{'holds' if holds else 'does not hold'} (one seed)"})  # fmt: skip
-    datasets = sorted(set(single[single.group == "ablation-head-count"].dataset))
-    counts = {n: mean_over(head_row(n), datasets) for n in PAPER_HEAD_COUNTS}
+        rows.append({"claim": claim, "measured": f"{a:.4f} vs {b:.4f} (mean NDCG@10 over {len(datasets)} sets and "
+                                                 f"{_seeds_label(seeds)}){note}",
+                     "verdict": f"{'holds' if holds else 'does not hold'} ({_seeds_count(seeds)})"})  # fmt: skip
+    datasets = sorted(set(scores[scores.group == "ablation-head-count"].dataset))
     claim = "16 heads is the best head count (Fig. 3)"
-    if all(v is not None for v in counts.values()):
+    seeds, note = matched([head_row(n) for n in PAPER_HEAD_COUNTS], datasets)
+    if seeds:
+        counts = {n: mean_over(head_row(n), datasets, seeds) for n in PAPER_HEAD_COUNTS}
         best = max(counts, key=counts.get)
-        rows.append({"claim": claim, "measured": ", ".join(f"top {n} {v:.4f}" for n, v in counts.items()),
-                     "verdict": f"{'holds' if best == 16 else 'does not hold'} (one seed)"})  # fmt: skip
+        rows.append({"claim": claim, "measured": ", ".join(f"top {n} {v:.4f}" for n, v in counts.items())
+                                                 + f" ({_seeds_label(seeds)}){note}",
+                     "verdict": f"{'holds' if best == 16 else 'does not hold'} ({_seeds_count(seeds)})"})  # fmt: skip
     else:
         rows.append({"claim": claim, "measured": "not run yet", "verdict": "–"})
     return pd.DataFrame(rows).set_index("claim")
@@ -903,7 +960,7 @@ def not_yet_run(results_dir: Path, profile: str) -> tuple[list[str], list[str]]:
     prof = PROFILES.get(profile)
     missing: dict[str, list[str]] = {}
     total = 0
-    for job in plan_jobs(prof, prof.config, seeds=list(prof.seeds) or None):
+    for job in plan_jobs(prof, prof.config):
         for dataset in job.datasets:
             total += 1
             key = ResultKey(profile, job.experiment.method, job.experiment.name, dataset)
@@ -1079,9 +1136,9 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         "(over seeds) and the paired tests of the table; *does not hold* = behind on every set or significantly "
         "behind on one; *holds* = ahead on every set and significantly ahead on at least one (*ahead, not "
         "significantly* when on none); else *mixed*. Ablations: "
-        "one seed each, the default's run of the same seed as reference, mean over the ablation's sets; where "
-        "DREAM's default did not learn (Training, below) these compare models that barely moved from the "
-        "untrained one.",
+        "the seeds the ablation ran (one, or three for Fig. 2), the default's runs of the same seeds as reference, "
+        "mean over the ablation's sets and those seeds, with how many of those seeds each row learned in "
+        "(Training, below); a run that did not learn is a model that barely moved from the untrained one.",
         "",
         _markdown(claims),
         "",
@@ -1092,7 +1149,12 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     sections += ["## Recall@100", "", _markdown(recall), "", *recall_note]
     for group in sorted(set(frame.group) - {"main"}):
         table = score_table(frame, group=group)
-        sections += [f"## Ablation: {group} (NDCG@10)", "", _markdown(table), "", *_average_note(table)]
+        seeds = row_seeds(with_reference(frame[frame.metric == "ndcg_at_10"], group))
+        seed_line = "Each row is the mean over its training seeds: " + "; ".join(
+            f"`{row}` {', '.join(map(str, seeds[row]))}" for row in table.index if row in seeds
+        ) + "."
+        sections += [f"## Ablation: {group} (NDCG@10)", "", _markdown(table), "",
+                     *([seed_line, ""] if not table.empty else []), *_average_note(table)]  # fmt: skip
         table.to_csv(out / f"{group}.csv", float_format="%.4f")
         if not table.empty:
             table.to_latex(out / f"{group}.tex", float_format="%.4f")

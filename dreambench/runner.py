@@ -59,9 +59,11 @@ def plan_jobs(
 ) -> list[Job]:
     """Jobs for the profile's experiments, filtered by method / experiment names; validates every name.
 
-    ``seeds``: every trained experiment also runs with these training seeds (``train.seed``); a run with a
-    seed other than the profile's is the experiment ``<name>@seed<k>`` (its own results folder; the report
-    averages over seeds). ``data_dir``: where a dataset name that is not registered is looked for as a folder.
+    ``seeds`` (``--seeds``): every trained experiment runs with these training seeds (``train.seed``); None:
+    the profile's — its ``seeds`` for the main table, an ablation's own ``seeds``, else the config's train.seed
+    only. A run with a seed other than the config's is the experiment ``<name>@seed<k>`` (its own results
+    folder; the report averages over seeds). ``data_dir``: where a dataset name that is not registered is
+    looked for as a folder.
     """
     for name in methods or ():
         METHODS.get(name)  # raises with a did-you-mean hint
@@ -84,17 +86,17 @@ def plan_jobs(
             raise ValueError(
                 f"unknown experiment(s) {unknown} in profile {profile.name!r}; known: {sorted(known)}"
             )
-    if seeds:
-        seeded = []
-        for exp in selected:
-            seeded.append(exp)
-            if METHODS.get(exp.method).trainable and exp.group == "main":  # ablations: the profile's seed
-                seeded += [
-                    Experiment(exp.method, f"{exp.name}{SEED_MARK}{k}", {**exp.overrides, "train.seed": k},
-                               exp.group, exp.description)
-                    for k in dict.fromkeys(seeds) if k != base_config.train.seed
-                ]  # fmt: skip
-        selected = seeded
+    seeded = []
+    for exp in selected:
+        seeded.append(exp)
+        runs = seeds if seeds else profile.seeds if exp.group == "main" else exp.seeds
+        if runs and METHODS.get(exp.method).trainable:
+            seeded += [
+                Experiment(exp.method, f"{exp.name}{SEED_MARK}{k}", {**exp.overrides, "train.seed": k},
+                           exp.group, exp.description)
+                for k in dict.fromkeys(runs) if k != base_config.train.seed
+            ]  # fmt: skip
+    selected = seeded
     jobs = []
     for exp in selected:
         METHODS.get(exp.method)

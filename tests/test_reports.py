@@ -129,3 +129,45 @@ def test_the_papers_claims_are_checked_whichever_way_they_fall():
     assert "revela learned in 0 of 1 seed(s)" in caveat.at["DREAM beats Revela (Tables 1, 4–5)", "measured"]
     assert caveat.at["DREAM beats InfoNCE (Tables 1, 4–5)", "verdict"] == "does not hold"  # both learned / not run
     assert "top 64 " in claims.at["16 heads is the best head count (Fig. 3)", "measured"]
+
+
+def test_ablations_compare_with_the_default_at_the_seeds_they_ran(tmp_path):
+    """A one-seed ablation is compared with the default's run of that seed, not its mean over seeds; an
+    ablation with several seeds with the default's same seeds, and the claim says how many of them learned."""
+    from dreambench.report import claims_table, plot_ablation, row_seeds, score_table, with_reference
+
+    rows = []
+    default = {0: 0.05, 1: 0.10, 2: 0.60}  # DREAM's default learned in seed 2 only
+    random_heads = {0: 0.50, 1: 0.40, 2: 0.30}
+    for dataset in ("wiki-desc2lead", "nano-scifact"):
+        for seed, value in default.items():
+            rows.append({"method": "dream", "experiment": "default", "group": "main", "seed": seed,
+                         "dataset": dataset, "value": value, "params": {"num_heads": 16}, "num_candidates": 8})
+        for seed, value in random_heads.items():
+            rows.append({"method": "dream", "experiment": "heads-random", "group": "ablation-head-selection",
+                         "seed": seed, "dataset": dataset, "value": value, "params": {"num_heads": 16},
+                         "num_candidates": 8})
+        rows.append({"method": "dream", "experiment": "heads-top4", "group": "ablation-head-count", "seed": 0,
+                     "dataset": dataset, "value": 0.07, "params": {"num_heads": 4}, "num_candidates": 8})
+    frame = pd.DataFrame(rows).assign(metric="ndcg_at_10")
+    counts = score_table(frame, group="ablation-head-count")
+    assert counts.at["dream", "wiki-desc2lead"] == pytest.approx(0.05)  # seed 0 only, not the mean 0.25
+    assert row_seeds(with_reference(frame, "ablation-head-count")) == {"dream": [0], "dream/heads-top4": [0]}
+    selection = score_table(frame, group="ablation-head-selection")
+    assert selection.at["dream", "nano-scifact"] == pytest.approx(0.25)  # the same three seeds
+    assert selection.at["dream/heads-random", "nano-scifact"] == pytest.approx(0.40)
+    main = score_table(frame, group="main")
+    training = pd.DataFrame(
+        {"held-out top-1 before": [0.19] * 6, "held-out top-1 after": [0.19, 0.2, 0.75, 0.68, 0.5, 0.2],
+         "held-out instances": [100] * 6},
+        index=[f"dream [seed {k}]" for k in range(3)] + [f"dream/heads-random [seed {k}]" for k in range(3)],
+    )  # fmt: skip
+    claims = claims_table(frame, main, pd.DataFrame(), training)
+    claim = "QRHead heads beat random heads (Fig. 2)"
+    assert claims.at[claim, "verdict"] == "does not hold (3 seeds)"
+    assert claims.at[claim, "measured"].startswith("0.2500 vs 0.4000 (mean NDCG@10 over 2 sets and seeds 0, 1, 2)")
+    assert "learned in: dream 1 of 3, dream/heads-random 2 of 3" in claims.at[claim, "measured"]
+    # with seed 2 of the ablation missing, both rows are compared at seeds 0 and 1 only
+    partial = claims_table(frame[~((frame.experiment == "heads-random") & (frame.seed == 2))], main, pd.DataFrame())
+    assert partial.at[claim, "measured"].startswith("0.0750 vs 0.4500 (mean NDCG@10 over 2 sets and seeds 0, 1)")
+    assert plot_ablation(frame, "ablation-head-count", tmp_path / "fig.png")

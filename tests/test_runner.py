@@ -426,7 +426,7 @@ def test_the_plan_runs_main_table_first_then_ablations_then_further_seeds():
     from dreambench.runner import stage_jobs
 
     mini = PROFILES_.get("mini")
-    jobs = plan_jobs(mini, mini.config, seeds=list(mini.seeds))
+    jobs = plan_jobs(mini, mini.config)
     stages = stage_jobs(jobs)
     assert [name for name, _ in stages] == ["main table", "ablations", "further seeds"]
     main, ablations, seeds = (stage for _, stage in stages)
@@ -434,11 +434,20 @@ def test_the_plan_runs_main_table_first_then_ablations_then_further_seeds():
     assert [j.experiment.method for j in main] == ["bm25", "untrained", "infonce", "replug", "dream", "revela"]
     assert all(j.experiment.name == "default" for j in main)
     assert all(j.experiment.group != "main" for j in ablations) and len(ablations) == 11
-    # further seeds: the trained main-table methods only (ablations keep the profile's seed)
+    # further seeds: the trained main-table methods and the Fig. 2 ablation (random heads), which declares the
+    # main table's seeds; the other ablations keep the profile's seed
     assert sorted(j.experiment.name for j in seeds if j.experiment.method == "dream") == [
-        "default@seed1", "default@seed2"]  # fmt: skip
+        "default@seed1", "default@seed2", "heads-random-middle@seed1", "heads-random-middle@seed2",
+        "heads-random@seed1", "heads-random@seed2"]  # fmt: skip
     assert {j.experiment.method for j in seeds} == {"infonce", "replug", "revela", "dream"}
+    assert {j.config.train.seed for j in seeds if j.experiment.name.startswith("heads-random@")} == {1, 2}
+    assert all(j.experiment.group == "ablation-head-selection" for j in seeds if "heads" in j.experiment.name)
     assert len(main) + len(ablations) + len(seeds) == len(jobs)
+    # --seeds overrides the profile's seeds for every trained experiment, ablations included
+    one = plan_jobs(mini, mini.config, seeds=[0])
+    assert not any("@" in j.experiment.name for j in one) and len(one) == len(main) + len(ablations)
+    three = plan_jobs(mini, mini.config, methods=["dream"], experiments=["heads-top4"], seeds=[0, 1, 2])
+    assert [j.experiment.name for j in three] == ["heads-top4", "heads-top4@seed1", "heads-top4@seed2"]
 
 
 
@@ -446,7 +455,7 @@ def test_the_signal_check_runs_after_the_main_table_and_before_the_ablations(wor
     """DREAM's signal check (minutes) must not delay the main table: it runs between stage 1 and stage 2;
     with no main table in the plan, first."""
     mini = PROFILES_.get("mini")
-    jobs = plan_jobs(mini, mini.config, seeds=list(mini.seeds))
+    jobs = plan_jobs(mini, mini.config)
     order = []
 
     class Recorder:

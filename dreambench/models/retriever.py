@@ -162,7 +162,8 @@ class DenseRetriever(nn.Module):
         if ranks > 1:
             out.zero_()
         mine = range(rank * batch_size, len(order), ranks * batch_size)
-        bar = tqdm(total=len(texts), desc=f"encode {kind}s", unit="text", disable=not progress or rank > 0, leave=False)
+        label = "queries" if kind == "query" else f"{kind}s"
+        bar = tqdm(total=len(texts), desc=f"encode {label}", unit="text", disable=not progress or rank > 0, leave=False)
         for i in mine:
             index = order[i : i + batch_size]
             batch = {k: v.to(device) for k, v in self.tokenize([texts[j] for j in index], kind).items()}
