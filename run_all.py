@@ -340,7 +340,7 @@ def run_stages(runner, jobs, workspace, profile: str, start: float, render: bool
                 if render:  # shards of one plan leave rendering to one --render-only at the end
                     report.render(workspace.results_dir, workspace.reports_dir, profile)
                 left = eta.remaining(ordered[done:])
-                say("stage %d of %d (%s): %d of %d runs done, %.0f min elapsed, %s", number, len(stages), name,
+                say("stage %d of %d (%s): %d of %d runs of the plan done, %.0f min elapsed, %s", number, len(stages), name,
                     done, total, (time.perf_counter() - start) / 60,
                     "nothing left to compute" if left == 0 else
                     f"ETA {left / 60:.0f} min (each run left estimated from the finished runs like it)"

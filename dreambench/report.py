@@ -794,12 +794,15 @@ def claims_table(
         sub = scores[(scores.row == row) & scores.dataset.isin(datasets) & scores.seed.isin(seeds)]
         return float(sub.value.mean())
 
-    def matched(rows: list[str], datasets: list[str]) -> tuple[set[int], str]:
-        """The seeds every row ran on every dataset, and how many of them each row learned in (if known)."""
+    def matched(rows: list[str], datasets: list[str]) -> tuple[set[int], str, str]:
+        """The seeds every row ran on every dataset; how many of them each row learned in (where known); and
+        the verdict's caveat naming the rows that did not learn in every one of them."""
         seeds = set.intersection(*(complete_seeds(r, datasets) for r in rows)) if rows else set()
         learned = [(r, sum(learned_runs[(r, k)] for k in seeds)) for r in rows if all((r, k) in learned_runs for k in seeds)]
         note = "; learned in: " + ", ".join(f"{r} {n} of {len(seeds)}" for r, n in learned) if seeds and learned else ""
-        return seeds, note  # fmt: skip
+        stalled = [r for r, n in learned if n < len(seeds)]
+        caveat = f" — but {' and '.join(stalled)} did not learn in every seed" if seeds and stalled else ""
+        return seeds, note, caveat  # fmt: skip
 
     dream = frame[(frame.method == "dream") & (frame.experiment == "default")]
     heads = int(dream.params.iloc[0].get("num_heads", 16)) if not dream.empty else 16
@@ -821,7 +824,7 @@ def claims_table(
     )  # fmt: skip
     for claim, ours, theirs, group in ablation_claims:
         datasets = sorted(set(scores[scores.group == group].dataset))
-        seeds, note = matched([ours, theirs], datasets)
+        seeds, note, caveat = matched([ours, theirs], datasets)
         if not seeds:
             rows.append({"claim": claim, "measured": "not run yet", "verdict": "–"})
             continue
@@ -829,16 +832,16 @@ def claims_table(
         holds = a >= b if "at least" in claim else a > b
         rows.append({"claim": claim, "measured": f"{a:.4f} vs {b:.4f} (mean NDCG@10 over {len(datasets)} sets and "
                                                  f"{_seeds_label(seeds)}){note}",
-                     "verdict": f"{'holds' if holds else 'does not hold'} ({_seeds_count(seeds)})"})  # fmt: skip
+                     "verdict": f"{'holds' if holds else 'does not hold'} ({_seeds_count(seeds)}){caveat}"})  # fmt: skip
     datasets = sorted(set(scores[scores.group == "ablation-head-count"].dataset))
     claim = "16 heads is the best head count (Fig. 3)"
-    seeds, note = matched([head_row(n) for n in PAPER_HEAD_COUNTS], datasets)
+    seeds, note, caveat = matched([head_row(n) for n in PAPER_HEAD_COUNTS], datasets)
     if seeds:
         counts = {n: mean_over(head_row(n), datasets, seeds) for n in PAPER_HEAD_COUNTS}
         best = max(counts, key=counts.get)
         rows.append({"claim": claim, "measured": ", ".join(f"top {n} {v:.4f}" for n, v in counts.items())
                                                  + f" ({_seeds_label(seeds)}){note}",
-                     "verdict": f"{'holds' if best == 16 else 'does not hold'} ({_seeds_count(seeds)})"})  # fmt: skip
+                     "verdict": f"{'holds' if best == 16 else 'does not hold'} ({_seeds_count(seeds)}){caveat}"})  # fmt: skip
     else:
         rows.append({"claim": claim, "measured": "not run yet", "verdict": "–"})
     return pd.DataFrame(rows).set_index("claim")
@@ -1138,7 +1141,8 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         "significantly* when on none); else *mixed*. Ablations: "
         "the seeds the ablation ran (one, or three for Fig. 2), the default's runs of the same seeds as reference, "
         "mean over the ablation's sets and those seeds, with how many of those seeds each row learned in "
-        "(Training, below); a run that did not learn is a model that barely moved from the untrained one.",
+        "(Training, below) and a caveat in the verdict where a row did not learn in every one: a run that did "
+        "not learn is a model that barely moved from the untrained one.",
         "",
         _markdown(claims),
         "",
