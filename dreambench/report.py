@@ -190,9 +190,8 @@ def reproduce_commands(results_dir: Path, profile: str) -> list[str]:
     groups: dict[tuple[str, tuple[int, ...], tuple[str, ...]], list[str]] = {}
     for (method, experiment, datasets), seeds in by_datasets.items():
         groups.setdefault((experiment, tuple(seeds), datasets), []).append(method)
-    from .profiles import PROFILES
+    from .method import METHODS
 
-    base_seed = PROFILES.get(profile).config.train.seed if profile in PROFILES else 0
     lines = []
     for (experiment, seeds, datasets), methods in groups.items():
         external = [
@@ -201,7 +200,9 @@ def reproduce_commands(results_dir: Path, profile: str) -> list[str]:
         command = (
             f"python run_all.py --profile {profile} --methods {','.join(methods)} --experiments {experiment}"
         )
-        command += f" --seeds {','.join(map(str, seeds))}" if seeds != (base_seed,) else ""
+        # trained methods: the seeds always, since without --seeds the profile would pick its own
+        trained = any(METHODS.get(m).trainable for m in methods if m in METHODS)
+        command += f" --seeds {','.join(map(str, seeds))}" if trained else ""
         command += f" --datasets {','.join(datasets)}"
         command += " --data-dir <folder with the BEIR datasets>" if external else ""
         lines.append(f"- `{command}`")
@@ -1139,7 +1140,7 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         "(over seeds) and the paired tests of the table; *does not hold* = behind on every set or significantly "
         "behind on one; *holds* = ahead on every set and significantly ahead on at least one (*ahead, not "
         "significantly* when on none); else *mixed*. Ablations: "
-        "the seeds the ablation ran (one, or three for Fig. 2), the default's runs of the same seeds as reference, "
+        "the seeds the ablation ran, the default's runs of the same seeds as reference, "
         "mean over the ablation's sets and those seeds, with how many of those seeds each row learned in "
         "(Training, below) and a caveat in the verdict where a row did not learn in every one: a run that did "
         "not learn is a model that barely moved from the untrained one.",

@@ -132,5 +132,8 @@ def test_smoke_profile_twice_and_killed_midway_gives_identical_results(workspace
     assert list(rows)[1:] == ["training data", "main table"]  # after the header, in the order they run
     assert rows["main table"].split("|")[3].strip() == "2" and rows["main table"].split("|")[4].strip() == "1"
     assert "The main table took" in section
+    # the printed commands name the trained methods' seeds (without --seeds a profile picks its own)
+    commands = [line for line in report.splitlines() if line.startswith("- `python run_all.py --profile smoke")]
+    assert any("dream" in c and "--seeds 0 " in c for c in commands)
     assert run_all.main(_args(workspace)) == 0  # all cached: no stage computed anything, none is recorded
     assert len(load_stage_records(workspace.results_dir, "smoke")) == len(records)
