@@ -507,12 +507,19 @@ def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
 
 
 ABLATION_FIGURES = {  # group → (title after the paper's figure, x-axis: a numeric setting, or None for bars)
-    "ablation-head-count": ("Number of selected heads (DREAM Fig. 3)", "num_heads"),
+    # in the paper's order, which is the report's
     "ablation-head-selection": ("Selected vs random heads (DREAM Fig. 2)", None),
-    "ablation-candidates": ("Number of candidates K (DREAM Fig. 6)", "num_candidates"),
+    "ablation-head-count": ("Number of selected heads (DREAM Fig. 3)", "num_heads"),
     "ablation-judge": ("Frozen judge vs judge LoRA (DREAM Fig. 5)", None),
+    "ablation-candidates": ("Number of candidates K (DREAM Fig. 6)", "num_candidates"),
     "variant-injected-rows": ("Injected rows: query (paper) vs query + target (variant)", None),
 }
+
+
+def ablation_order(groups: set[str]) -> list[str]:
+    """The experiment groups other than the main table, in the paper's figure order, then any others by name."""
+    groups = set(groups) - {"main"}
+    return [g for g in ABLATION_FIGURES if g in groups] + sorted(groups - set(ABLATION_FIGURES))
 
 
 def _ablation_x(frame: pd.DataFrame, setting: str) -> pd.Series:
@@ -1152,13 +1159,14 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     if not seeds.empty:
         seeds.to_csv(out / "seeds.csv")  # 'mean ± std (n)' per dataset, as shown in the table above
     sections += ["## Recall@100", "", _markdown(recall), "", *recall_note]
-    for group in sorted(set(frame.group) - {"main"}):
+    for group in ablation_order(set(frame.group)):
         table = score_table(frame, group=group)
         seeds = row_seeds(with_reference(frame[frame.metric == "ndcg_at_10"], group))
         seed_line = "Each row is the mean over its training seeds: " + "; ".join(
             f"`{row}` {', '.join(map(str, seeds[row]))}" for row in table.index if row in seeds
         ) + "."
-        sections += [f"## Ablation: {group} (NDCG@10)", "", _markdown(table), "",
+        title = ABLATION_FIGURES[group][0] if group in ABLATION_FIGURES else group
+        sections += [f"## Ablation: {title} (NDCG@10; `{group}.csv`)", "", _markdown(table), "",
                      *([seed_line, ""] if not table.empty else []), *_average_note(table)]  # fmt: skip
         table.to_csv(out / f"{group}.csv", float_format="%.4f")
         if not table.empty:

@@ -67,6 +67,17 @@ def test_every_ablation_gets_a_figure_with_the_default_as_reference(tmp_path, gr
     assert xs[-1] == 16
 
 
+def test_ablations_appear_in_the_papers_figure_order():
+    from dreambench.report import ABLATION_FIGURES, ablation_order
+
+    groups = {"main", "ablation-candidates", "ablation-judge", "ablation-head-count", "ablation-head-selection",
+              "variant-injected-rows", "zz-user-group"}  # fmt: skip
+    assert ablation_order(groups) == ["ablation-head-selection", "ablation-head-count", "ablation-judge",
+                                      "ablation-candidates", "variant-injected-rows", "zz-user-group"]  # fmt: skip
+    titles = [ABLATION_FIGURES[g][0] for g in ablation_order(groups)[:4]]
+    assert [t[t.index("Fig."):] for t in titles] == ["Fig. 2)", "Fig. 3)", "Fig. 5)", "Fig. 6)"]
+
+
 def test_index_html_is_self_contained_with_every_table_and_figure(tmp_path):
     from dreambench.report import render_html
 
