@@ -217,6 +217,28 @@ def _row_label(method: str, experiment: str) -> str:
     return method if experiment == "default" else f"{method}/{experiment}"
 
 
+# rows in DREAM Table 1's order: the lexical and untrained references, the baselines, DREAM last; a method
+# added later sits among the baselines, by name
+_ROW_METHODS = {"bm25": 0, "untrained": 1, "infonce": 2, "replug": 3, "revela": 4, "dream": 6}
+
+
+def row_order_key(label: str) -> tuple[Any, ...]:
+    """Sort key of a row label (``method[/experiment][ [seed k]]``): method in Table 1's order, the default
+    experiment first, then the others with their numbers compared as numbers (heads-top4 before heads-top32)."""
+    import re
+
+    def natural(text: str) -> tuple[tuple[int, int, str], ...]:
+        return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", text) if p)
+
+    head, _, seed = label.partition(" ")
+    method, _, experiment = head.partition("/")
+    return (_ROW_METHODS.get(method, 5), method, experiment != "", natural(experiment), natural(seed))
+
+
+def in_row_order(labels: Any) -> list[str]:
+    return sorted(labels, key=row_order_key)
+
+
 def score_table(frame: pd.DataFrame, metric: str = "ndcg_at_10", group: str | None = "main") -> pd.DataFrame:
     """Rows = method/experiment, columns = datasets grouped by block, each block followed by its average.
 
@@ -230,6 +252,7 @@ def score_table(frame: pd.DataFrame, metric: str = "ndcg_at_10", group: str | No
         return pd.DataFrame()
     sub = sub.assign(row=[_row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
     table = sub.pivot_table(index="row", columns="dataset", values="value", aggfunc="mean")  # over seeds
+    table = table.loc[in_row_order(table.index)]
     ordered: list[str] = []
     groups = average_groups(list(table.columns))
     for block in sorted({dataset_block(c) for c in table.columns}, key=_block_order):
@@ -306,7 +329,8 @@ def seed_table(frame: pd.DataFrame, metric: str = "ndcg_at_10") -> pd.DataFrame:
     if stats.empty:
         return pd.DataFrame()
     cells = stats.apply(lambda r: f"{r['mean']:.4f} ± {r['std']:.4f} ({int(r['count'])})", axis=1)
-    return cells.unstack("dataset")
+    cells = cells.unstack("dataset")
+    return cells.loc[in_row_order(cells.index)]
 
 
 SIGNIFICANCE_TEST = "paired two-sided Student's t-test over queries (ranx), Bonferroni-corrected"
@@ -421,6 +445,7 @@ def evaluation_time(frame: pd.DataFrame, datasets: tuple[str, ...]) -> pd.DataFr
         ]
     )
     table = sub.pivot_table(index="model", columns="dataset", values="evaluate_s", aggfunc="first")
+    table = table.loc[in_row_order(table.index)]
     table = table[[d for d in datasets if d in table.columns]]
     table["total s"] = table.sum(axis=1, min_count=len(table.columns))
     return table
@@ -479,7 +504,8 @@ def geometry_table(frame: pd.DataFrame) -> pd.DataFrame:
     sub = _geometry_rows(frame)
     if sub.empty:
         return pd.DataFrame()
-    return sub.groupby("row")[["alignment", "uniformity"]].mean()
+    table = sub.groupby("row")[["alignment", "uniformity"]].mean()
+    return table.loc[in_row_order(table.index)]
 
 
 def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
@@ -490,7 +516,7 @@ def plot_geometry(frame: pd.DataFrame, path: Path) -> bool:
     plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    for i, label in enumerate(sorted(set(sub.row))):
+    for i, label in enumerate(in_row_order(set(sub.row))):
         rows = sub[sub.row == label]
         color = f"C{i}"
         ax.scatter(rows.alignment, rows.uniformity, s=18, alpha=0.45, color=color)
@@ -642,7 +668,7 @@ def training_table(frame: pd.DataFrame) -> pd.DataFrame:
                 if key in summary
             },
         }
-    return pd.DataFrame.from_dict(rows, orient="index").sort_index() if rows else pd.DataFrame()
+    return pd.DataFrame.from_dict(rows, orient="index").loc[in_row_order(rows)] if rows else pd.DataFrame()
 
 
 def signal_table(results_dir: Path, profile: str) -> pd.DataFrame:
@@ -1079,7 +1105,7 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     recall = score_table(frame, "recall_at_100", group="main")
     main_note, recall_note = _average_note(main), _average_note(recall)  # over the rows that have results
     if pending_rows:  # planned methods with no result yet appear as rows of missing cells
-        rows = list(main.index) + [r for r in pending_rows if r not in main.index]
+        rows = in_row_order(list(main.index) + [r for r in pending_rows if r not in main.index])
         main, recall = main.reindex(rows), recall.reindex(rows)
     main.to_csv(out / "main_table.csv", float_format="%.4f")
     (out / "main_table.md").write_text(_markdown(main) + "\n")

@@ -78,6 +78,18 @@ def test_ablations_appear_in_the_papers_figure_order():
     assert [t[t.index("Fig."):] for t in titles] == ["Fig. 2)", "Fig. 3)", "Fig. 5)", "Fig. 6)"]
 
 
+def test_rows_follow_table_1_with_numbers_compared_as_numbers():
+    from dreambench.report import in_row_order, score_table
+
+    labels = ["dream/heads-top32", "dream", "bm25", "revela", "dream/heads-top4", "untrained", "infonce", "replug",
+              "my-method", "dream/candidates-16", "dream/candidates-4", "dream [seed 10]", "dream [seed 2]"]  # fmt: skip
+    assert in_row_order(labels) == ["bm25", "untrained", "infonce", "replug", "revela", "my-method", "dream",
+                                    "dream [seed 2]", "dream [seed 10]", "dream/candidates-4", "dream/candidates-16",
+                                    "dream/heads-top4", "dream/heads-top32"]  # fmt: skip
+    assert list(score_table(_ablation_frame(), group="ablation-head-count").index) == [
+        "dream", "dream/heads-top1", "dream/heads-top4"]  # fmt: skip
+
+
 def test_index_html_is_self_contained_with_every_table_and_figure(tmp_path):
     from dreambench.report import render_html
 
