@@ -1,6 +1,8 @@
 """The committed reports are what the committed code produces: ``run_all.py --check`` recomputes the
 fingerprint of every result they show (the full-corpus rows need the shared BEIR folders)."""
 
+import shutil
+
 import pandas as pd
 import pytest
 from conftest import SHARED_DATASETS
@@ -100,6 +102,29 @@ def test_index_html_is_self_contained_with_every_table_and_figure(tmp_path):
     assert "<table>" in html and ">x</td>" in html
     assert 'src="data:image/png;base64,' in html and "fig.png" not in html
     assert "addEventListener" in html  # sortable tables
+
+
+CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium on this machine")
+def test_committed_index_html_renders_in_headless_chromium():
+    """The committed page, as a browser builds it: every table and figure of the report, scripts without errors."""
+    import re
+    import subprocess
+
+    page = PROJECT_ROOT / "reports" / "smoke" / "index.html"
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0", "--dump-dom",
+         page.as_uri()], capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    dom, log = done.stdout, done.stderr
+    report = (page.parent / "report.md").read_text()
+    tables = sum(1 for line in report.splitlines() if line.startswith("|:") or line.startswith("|-"))
+    assert dom.count("<table") == tables > 0
+    figures = report.count("![")
+    assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', dom)) == figures > 0
+    assert "Uncaught" not in log, log
 
 
 def test_the_papers_claims_are_checked_whichever_way_they_fall():
