@@ -34,9 +34,12 @@ def _seeds(value: str | None) -> list[int] | None:
     if not value:
         return None
     try:
-        return [int(v) for v in value.split(",") if v.strip()]
+        seeds = [int(v) for v in value.split(",") if v.strip()]
     except ValueError:
         raise ValueError(f"--seeds expects comma-separated integers, got {value!r}") from None
+    if any(seed < 0 for seed in seeds):
+        raise ValueError(f"--seeds expects non-negative integers, got {value!r}")
+    return seeds
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -102,6 +102,7 @@ def plan_jobs(
         METHODS.get(exp.method)
         config = exp.resolve(base_config)
         check_ranges(config, f"experiment {exp.method}/{exp.name}")
+        check_models(config, exp.method, f"experiment {exp.method}/{exp.name}")
         chosen = (
             tuple(datasets) if datasets else config.eval.datasets
         )  # an experiment may narrow its datasets
@@ -109,6 +110,22 @@ def plan_jobs(
             task_spec(name, data_dir)
         jobs.append(Job(exp, config, chosen))
     return jobs
+
+
+def check_models(config: RunConfig, method: str, where: str) -> None:
+    """Every model a run loads (retriever backbone, query generator, the method's judge or LM) is nameable."""
+    from .models.backbones import check_model_name
+
+    named = {"model.backbone": config.model.backbone, "data.query_generator": config.data.query_generator}
+    for key in ("judge", "lm"):
+        value = (config.methods.get(method) or {}).get(key)
+        if value:  # "" = the retriever's backbone
+            named[f"methods.{method}.{key}"] = value
+    for option, name in named.items():
+        try:
+            check_model_name(name, option)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
 
 
 STAGES = ("main table", "ablations", "further seeds")

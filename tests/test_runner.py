@@ -248,6 +248,8 @@ def test_seeds_add_one_experiment_per_extra_seed_for_trained_methods_only():
                      ("infonce", "default@seed2", 2)]  # fmt: skip
     with pytest.raises(ValueError, match="--seeds"):
         run_all._seeds("0,one")
+    with pytest.raises(ValueError, match="non-negative"):
+        run_all._seeds("0,-1")
 
 
 def test_report_averages_seeds_and_shows_their_spread():
@@ -308,6 +310,9 @@ def test_default_profile_plans_every_shipped_set_without_a_data_dir(workspace, c
         ("methods.infonce.temperature=-1", "methods.infonce.temperature must be positive"),
         ("data.num_candidates=100000", "data.num_candidates = 100000: the training pool of wiki-offline has only"),
         ("data.query_precision=fp16", "data.query_precision = 'fp16' (auto, bf16 or fp32)"),
+        ("model.backbone=smolm2-135m", "model.backbone = 'smolm2-135m': not a model alias (known: gemma3-270m"),
+        ("methods.dream.judge=gemma-270m", "methods.dream.judge = 'gemma-270m': not a model alias"),
+        ("methods.revela.lm=nowhere", "methods.revela.lm = 'nowhere': not a model alias"),
     ],
 )
 def test_impossible_configs_fail_before_any_work(workspace, capsys, setting, message):

@@ -12,6 +12,7 @@ import functools
 import hashlib
 import importlib.util
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,22 @@ def _package_dir(package: str) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def check_model_name(name: str, option: str) -> None:
+    """A model option names an alias, a local folder or a hub id (``org/name``): else one clear error, before any
+    work starts (a typo would otherwise surface only when the model loads, after the data is built)."""
+    from ..config import ConfigError
+
+    if name in BACKBONES or Path(name).expanduser().is_dir() or _HUB_ID.match(name):
+        return
+    raise ConfigError(
+        f"{option} = {name!r}: not a model alias (known: {', '.join(BACKBONES.names())}), not a local folder, "
+        "and not a hub id of the form org/name"
+    )
 
 
 def _file_digest(path: Path) -> str:
