@@ -190,6 +190,7 @@ def make_dataclass_from(cls: type, values: Mapping[str, Any], where: str, base: 
                 raise ConfigError(f"{where}.methods: expected [methods.<name>] tables, got {value!r}")
             merged = {k: dict(v) for k, v in (base.methods if base is not None else {}).items()}
             for method, params in value.items():
+                _check_method_name(method, f"{where}.methods.{method}")
                 merged.setdefault(method, {}).update(params)
             updates[key] = merged
         else:
@@ -260,6 +261,26 @@ MINIMUMS: dict[str, float] = {
 POSITIVE = ("train.lr", "train.max_grad_norm", "model.lora_alpha")
 
 
+CHOICES = {  # options that take one of a few names
+    "model.precision": ("auto", "bf16", "fp32"),
+    "data.query_precision": ("auto", "bf16", "fp32"),
+    "train.precision": ("auto", "bf16", "fp32"),
+    "data.query_source": ("generate", "crop"),
+    "train.schedule": ("linear", "cosine", "constant"),
+    "eval.search_backend": ("auto", "torch", "faiss"),
+}
+
+
+def _check_method_name(name: str, where: str) -> None:
+    from .method import METHODS  # the registry imports the adapters, which import this module
+    from .registry import UnknownNameError
+
+    try:
+        METHODS.get(name)
+    except UnknownNameError as exc:
+        raise ConfigError(f"{where}: {exc.args[0]}") from None
+
+
 def check_ranges(config: RunConfig, where: str = "config") -> None:
     """Impossible values (zero steps, K < 2, a non-positive learning rate, …) as one ConfigError."""
     problems = []
@@ -277,10 +298,12 @@ def check_ranges(config: RunConfig, where: str = "config") -> None:
         problems.append(
             f"data.chunk_min_words = {config.data.chunk_min_words} > data.chunk_max_words = {config.data.chunk_max_words}"
         )
-    for dotted in ("model.precision", "data.query_precision", "train.precision"):
+    for dotted, choices in CHOICES.items():
         section, name = dotted.split(".")
-        if getattr(getattr(config, section), name) not in ("auto", "bf16", "fp32"):
-            problems.append(f"{dotted} = {getattr(getattr(config, section), name)!r} (auto, bf16 or fp32)")
+        if getattr(getattr(config, section), name) not in choices:
+            problems.append(
+                f"{dotted} = {getattr(getattr(config, section), name)!r} ({', '.join(choices[:-1])} or {choices[-1]})"
+            )
     if config.data.eval_queries > config.data.eval_articles:
         problems.append(
             f"data.eval_queries = {config.data.eval_queries} > data.eval_articles = {config.data.eval_articles}"

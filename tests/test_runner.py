@@ -313,6 +313,10 @@ def test_default_profile_plans_every_shipped_set_without_a_data_dir(workspace, c
         ("model.backbone=smolm2-135m", "model.backbone = 'smolm2-135m': not a model alias (known: gemma3-270m"),
         ("methods.dream.judge=gemma-270m", "methods.dream.judge = 'gemma-270m': not a model alias"),
         ("methods.revela.lm=nowhere", "methods.revela.lm = 'nowhere': not a model alias"),
+        ("train.schedule=cosin", "train.schedule = 'cosin' (linear, cosine or constant)"),
+        ("data.query_source=llm", "data.query_source = 'llm' (generate or crop)"),
+        ("eval.search_backend=faiss-gpu", "eval.search_backend = 'faiss-gpu' (auto, torch or faiss)"),
+        ("methods.dreem.num_heads=4", "--set.methods.dreem: unknown method 'dreem'; did you mean 'dream'"),
     ],
 )
 def test_impossible_configs_fail_before_any_work(workspace, capsys, setting, message):
