@@ -557,36 +557,71 @@ def _ablation_x(frame: pd.DataFrame, setting: str) -> pd.Series:
     return frame["params"].map(lambda p: (p or {}).get(setting, default))
 
 
+def ablation_points(frame: pd.DataFrame, group: str) -> pd.DataFrame:
+    """One NDCG@10 per (row, seed, dataset) of an ablation and its reference row: what its figure draws. The
+    table's cell is the mean over a row's seeds; the figure also marks each seed, since at small budgets
+    whether a run takes off can depend on the seed more than on the setting."""
+    sub = with_reference(frame[(frame.metric == "ndcg_at_10") & frame.method.eq("dream")], group)
+    if sub.empty:
+        return pd.DataFrame(columns=["row", "seed", "dataset", "value", "x"])
+    setting = ABLATION_FIGURES.get(group, (group, None))[1]
+    x = _ablation_x(sub, setting) if setting is not None else pd.Series(float("nan"), index=sub.index)
+    return pd.DataFrame({
+        "row": [_row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)],
+        "seed": sub.seed, "dataset": sub.dataset, "value": sub.value, "x": x,
+    }).reset_index(drop=True)  # fmt: skip
+
+
+def _with_seed_count(row: str, seeds: int) -> str:
+    return f"{row} ({seeds} seed{'s' if seeds != 1 else ''})"
+
+
 def plot_ablation(frame: pd.DataFrame, group: str, path: Path) -> bool:
     """One figure per ablation, in the layout of the paper's: NDCG@10 per dataset (and their mean) against a
-    numeric setting (lines), or per configuration (grouped bars); the default configuration included."""
+    numeric setting (lines), or per configuration (grouped bars); the default configuration included. Lines
+    and bars are means over a row's seeds; where a row ran several, each seed is marked (dots on the bars,
+    crosses for the per-seed mean over datasets), and the legend says how many seeds each row has."""
     table = score_table(frame, group=group)
     if table.empty or len(table) < 2:
         return False
     plt = _pyplot()
 
     datasets = [c for c in table.columns if not c.startswith("avg ")]
+    points = ablation_points(frame, group)
+    points = points[points.dataset.isin(datasets)]
+    seeds = points.groupby("row")["seed"].nunique()
     title, setting = ABLATION_FIGURES.get(group, (group, None))
     fig, ax = plt.subplots(figsize=(6.5, 4))
     if setting is not None:
-        sub = with_reference(frame[(frame.metric == "ndcg_at_10") & frame.method.eq("dream")], group)
-        sub = sub[sub.dataset.isin(datasets)].assign(x=lambda f: _ablation_x(f, setting))
-        pivot = sub.pivot_table(index="x", columns="dataset", values="value", aggfunc="mean").sort_index()
+        pivot = points.pivot_table(index="x", columns="dataset", values="value", aggfunc="mean").sort_index()
         for i, dataset in enumerate(datasets):
             if dataset in pivot:
                 ax.plot(pivot.index, pivot[dataset], marker="o", color=f"C{i}", label=dataset)
         complete = pivot[datasets].dropna() if set(datasets) <= set(pivot.columns) else pd.DataFrame()
         if not complete.empty:
             ax.plot(complete.index, complete.mean(axis=1), marker="s", color="black", lw=2, label="mean")
+            per_seed = points.pivot_table(index=["x", "seed"], columns="dataset", values="value")
+            per_seed = per_seed.reindex(columns=datasets).dropna().mean(axis=1).reset_index(name="mean")
+            several = per_seed[per_seed.groupby("x")["seed"].transform("nunique") > 1]
+            if not several.empty:
+                ax.scatter(several.x, several["mean"], marker="x", color="black", s=25, zorder=3,
+                           label="mean, each seed")  # fmt: skip
         if setting == "num_heads":
             ax.set_xscale("log", base=2)
-        ax.set_xticks(list(pivot.index), [f"{v:g}" for v in pivot.index])
+        counts = points.groupby("x")["seed"].nunique()
+        ax.set_xticks(list(pivot.index), [f"{v:g}\n({counts.get(v, 0)} seed{'s' if counts.get(v, 0) != 1 else ''})"
+                                          for v in pivot.index])  # fmt: skip
         ax.set_xlabel(setting.replace("_", " "))
     else:
         width = 0.8 / len(table.index)
         for i, row in enumerate(table.index):
             positions = [j + i * width for j in range(len(datasets))]
-            ax.bar(positions, table.loc[row, datasets], width, label=row, color=f"C{i}")
+            ax.bar(positions, table.loc[row, datasets], width, label=_with_seed_count(row, int(seeds.get(row, 0))),
+                   color=f"C{i}")  # fmt: skip
+            if seeds.get(row, 0) > 1:
+                mine = points[points.row == row]
+                xs = [positions[datasets.index(d)] for d in mine.dataset]
+                ax.scatter(xs, mine["value"], color="black", s=10, zorder=3)
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(datasets))], datasets, rotation=15)
     ax.set_ylabel("NDCG@10")
     ax.set_title(title)

@@ -182,7 +182,14 @@ def test_the_papers_claims_are_checked_whichever_way_they_fall():
 def test_ablations_compare_with_the_default_at_the_seeds_they_ran(tmp_path):
     """A one-seed ablation is compared with the default's run of that seed, not its mean over seeds; an
     ablation with several seeds with the default's same seeds, and the claim says how many of them learned."""
-    from dreambench.report import claims_table, plot_ablation, row_seeds, score_table, with_reference
+    from dreambench.report import (
+        ablation_points,
+        claims_table,
+        plot_ablation,
+        row_seeds,
+        score_table,
+        with_reference,
+    )
 
     rows = []
     default = {0: 0.05, 1: 0.10, 2: 0.60}  # DREAM's default learned in seed 2 only
@@ -220,3 +227,13 @@ def test_ablations_compare_with_the_default_at_the_seeds_they_ran(tmp_path):
     partial = claims_table(frame[~((frame.experiment == "heads-random") & (frame.seed == 2))], main, pd.DataFrame())
     assert partial.at[claim, "measured"].startswith("0.0750 vs 0.4500 (mean NDCG@10 over 2 sets and seeds 0, 1)")
     assert plot_ablation(frame, "ablation-head-count", tmp_path / "fig.png")
+    # the figure draws every seed beside the mean: the bimodal outcome of a small budget stays visible
+    points = ablation_points(frame, "ablation-head-selection")
+    random_scifact = points[(points.row == "dream/heads-random") & (points.dataset == "nano-scifact")]
+    assert sorted(random_scifact.value) == [0.30, 0.40, 0.50]
+    assert random_scifact.value.mean() == pytest.approx(selection.at["dream/heads-random", "nano-scifact"])
+    assert set(points.row) == {"dream", "dream/heads-random"} and points.seed.nunique() == 3
+    counts_points = ablation_points(frame, "ablation-head-count")
+    assert sorted(set(counts_points.x)) == [4, 16] and set(counts_points.seed) == {0}
+    assert plot_ablation(frame, "ablation-head-selection", tmp_path / "bars.png")
+
