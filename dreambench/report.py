@@ -1025,27 +1025,32 @@ def not_yet_run(results_dir: Path, profile: str) -> tuple[list[str], list[str]]:
     line per experiment with missing results, and the main-table rows that have no result at all."""
     from .profiles import PROFILES
     from .results import ResultKey
-    from .runner import plan_jobs
+    from .runner import plan_jobs, stage_jobs
 
     if profile not in PROFILES:
         return [], []
     prof = PROFILES.get(profile)
-    missing: dict[str, list[str]] = {}
+    missing: dict[str, list[str]] = {}  # in the order the plan runs them
+    stage_of: dict[str, str] = {}
     total = 0
-    for job in plan_jobs(prof, prof.config):
-        for dataset in job.datasets:
-            total += 1
-            key = ResultKey(profile, job.experiment.method, job.experiment.name, dataset)
-            if not key.json_path(results_dir).is_file():
-                missing.setdefault(f"{job.experiment.method}/{job.experiment.name}", []).append(dataset)
+    for stage, jobs in stage_jobs(plan_jobs(prof, prof.config)):
+        for job in jobs:
+            for dataset in job.datasets:
+                total += 1
+                key = ResultKey(profile, job.experiment.method, job.experiment.name, dataset)
+                if not key.json_path(results_dir).is_file():
+                    name = f"{job.experiment.method}/{job.experiment.name}"
+                    missing.setdefault(name, []).append(dataset)
+                    stage_of[name] = stage
     if not missing:
         return [], []
     count = sum(len(v) for v in missing.values())
     lines = [
         f"**Still to run: {count} of the {total} results of the default plan** (`python run_all.py --profile "
-        f"{profile}` runs them, main table first, then ablations, then further seeds; missing cells are –):",
+        f"{profile}` runs them in this order: main table first, then ablations, then further seeds; missing "
+        "cells are –):",
         "",
-        *[f"- {name}: {len(sets)} set(s)" for name, sets in missing.items()],
+        *[f"- {name}: {len(sets)} set(s) ({stage_of[name]})" for name, sets in missing.items()],
         "",
     ]
     main_rows = sorted(

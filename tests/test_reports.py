@@ -237,3 +237,31 @@ def test_ablations_compare_with_the_default_at_the_seeds_they_ran(tmp_path):
     assert sorted(set(counts_points.x)) == [4, 16] and set(counts_points.seed) == {0}
     assert plot_ablation(frame, "ablation-head-selection", tmp_path / "bars.png")
 
+
+
+def test_still_to_run_lists_what_is_missing_in_the_order_the_plan_runs_it(tmp_path):
+    """The report's 'Still to run' line names every missing experiment in run order (main table, then
+    ablations, then further seeds), each with its stage, and counts only results not stored yet."""
+    from dreambench.profiles import PROFILES
+    from dreambench.report import not_yet_run
+    from dreambench.results import ResultKey
+    from dreambench.runner import plan_jobs, stage_jobs
+
+    mini = PROFILES.get("mini")
+    stages = stage_jobs(plan_jobs(mini, mini.config))
+    total = sum(len(job.datasets) for _, jobs in stages for job in jobs)
+    first = stages[0][1][0]
+    for dataset in first.datasets:  # the first run of the plan is stored
+        path = ResultKey("mini", first.experiment.method, first.experiment.name, dataset).json_path(tmp_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    lines, main_rows = not_yet_run(tmp_path, "mini")
+    assert lines[0].startswith(f"**Still to run: {total - len(first.datasets)} of the {total} results")
+    items = [line for line in lines if line.startswith("- ")]
+    names = [line[2:].split(":")[0] for line in items]
+    expected = [f"{j.experiment.method}/{j.experiment.name}" for _, jobs in stages for j in jobs][1:]
+    assert names == list(dict.fromkeys(expected))
+    stage_order = [line.rsplit("(", 1)[1].rstrip(")") for line in items]
+    assert stage_order == sorted(stage_order, key=["main table", "ablations", "further seeds"].index)
+    assert stage_order[0] == "main table" and stage_order[-1] == "further seeds"
+    assert first.experiment.method not in main_rows
