@@ -172,6 +172,9 @@ def check_report(reports_dir: Path, results_dir: Path, profile: str, expected: A
                     committed = out / fresh.name
                     if not committed.is_file() or committed.read_bytes() != fresh.read_bytes():
                         problems.append(f"{committed}: differs from a rendering of {results_dir / profile}")
+            for name in sorted(_rendered(out) - _rendered(Path(tmp) / profile)):
+                problems.append(f"{out / name}: left by an earlier rendering; a rendering of {results_dir / profile} "
+                                "does not write it (re-render)")  # fmt: skip
     return problems
 
 
@@ -1137,8 +1140,42 @@ def _markdown(table: pd.DataFrame, floatfmt: str | tuple[str, ...] = ".4f") -> s
     return table.astype(object).where(table.notna(), None).to_markdown(floatfmt=floatfmt, missingval="–")
 
 
+# files of reports/<profile> that the renderer owns: a re-render replaces them all and removes those it no
+# longer writes (a tuning table or an ablation figure of results since deleted); index.png, the documented
+# browser screenshot of index.html, is not the renderer's
+RENDERED_SUFFIXES = (".md", ".csv", ".tex", ".png", ".svg", ".html")
+NOT_RENDERED = ("index.png",)
+
+
+def _rendered(folder: Path) -> set[str]:
+    return {f.name for f in folder.iterdir() if f.is_file() and f.suffix in RENDERED_SUFFIXES
+            and f.name not in NOT_RENDERED} if folder.is_dir() else set()  # fmt: skip
+
+
 def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
-    """Write the report files for ``profile``; return the path of report.md (None without results)."""
+    """Write the report files for ``profile``; return the path of report.md (None without results).
+
+    The report is rendered into a scratch folder beside ``reports/<profile>`` and only then moved in, file by
+    file; files an earlier rendering left that this one no longer writes are removed, so the folder never
+    holds a table the current results do not produce, and a rendering that fails leaves the old one intact.
+    """
+    import tempfile
+
+    reports_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=reports_dir, prefix=f".{profile}.rendering-") as tmp:
+        path = _render(results_dir, Path(tmp), profile)
+        if path is None:
+            return None
+        fresh, out = Path(tmp) / profile, reports_dir / profile
+        out.mkdir(parents=True, exist_ok=True)
+        for name in _rendered(out) - _rendered(fresh):
+            (out / name).unlink()
+        for item in fresh.iterdir():  # the scratch folder is inside reports_dir: one file system
+            item.replace(out / item.name)
+    return out / path.name
+
+
+def _render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     from .profiles import PROFILES
 
     frame = results_frame(results_dir, profile)

@@ -272,3 +272,46 @@ def test_still_to_run_lists_what_is_missing_in_the_order_the_plan_runs_it(tmp_pa
     assert stage_order == sorted(stage_order, key=["main table", "ablations", "further seeds"].index)
     assert stage_order[0] == "main table" and stage_order[-1] == "further seeds"
     assert first.experiment.method not in main_rows
+
+
+
+def test_a_rerender_removes_what_the_results_no_longer_produce(tmp_path, monkeypatch):
+    """A re-render replaces the renderer's files and removes those it no longer writes (e.g. a tuning table of
+    results since deleted); the screenshot index.png is left alone; --check names a leftover file; a rendering
+    that fails leaves the previous report as it was."""
+    from dreambench import report
+
+    written = {"report.md": "# r\n", "provenance.csv": "method,experiment,dataset,fingerprint\n", "tuning.csv": "t\n"}
+
+    def fake_render(results_dir, reports_dir, profile):
+        out = reports_dir / profile
+        out.mkdir(parents=True)
+        for name, text in written.items():
+            (out / name).write_text(text)
+        return out / "report.md"
+
+    monkeypatch.setattr(report, "_render", fake_render)
+    results, reports = tmp_path / "results", tmp_path / "reports"
+    (results / "smoke" / "m" / "default").mkdir(parents=True)
+    (results / "smoke" / "m" / "default" / "d.json").write_text("{}")
+    assert report.render(results, reports, "smoke") == reports / "smoke" / "report.md"
+    out = reports / "smoke"
+    (out / "index.png").write_bytes(b"screenshot")
+    del written["tuning.csv"]  # the tuning results are gone
+    problems = report.check_report(reports, results, "smoke", lambda *key: None)
+    assert any("tuning.csv: left by an earlier rendering" in p for p in problems), problems
+    report.render(results, reports, "smoke")
+    assert sorted(p.name for p in out.iterdir()) == ["index.png", "provenance.csv", "report.md"]
+    assert (out / "index.png").read_bytes() == b"screenshot"
+    assert report.check_report(reports, results, "smoke", lambda *key: None) == []
+    assert [p.name for p in reports.iterdir()] == ["smoke"]  # no scratch folder left
+
+    def failing(results_dir, reports_dir, profile):
+        (reports_dir / profile).mkdir(parents=True)
+        (reports_dir / profile / "report.md").write_text("half")
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(report, "_render", failing)
+    with pytest.raises(RuntimeError):
+        report.render(results, reports, "smoke")
+    assert (out / "report.md").read_text() == "# r\n" and [p.name for p in reports.iterdir()] == ["smoke"]
