@@ -575,8 +575,8 @@ def ablation_points(frame: pd.DataFrame, group: str) -> pd.DataFrame:
     }).reset_index(drop=True)  # fmt: skip
 
 
-def _with_seed_count(row: str, seeds: int) -> str:
-    return f"{row} ({seeds} seed{'s' if seeds != 1 else ''})"
+def _n_seeds(n: int) -> str:
+    return f"{n} seed{'s' if n != 1 else ''}"
 
 
 def plot_ablation(frame: pd.DataFrame, group: str, path: Path) -> bool:
@@ -612,14 +612,13 @@ def plot_ablation(frame: pd.DataFrame, group: str, path: Path) -> bool:
         if setting == "num_heads":
             ax.set_xscale("log", base=2)
         counts = points.groupby("x")["seed"].nunique()
-        ax.set_xticks(list(pivot.index), [f"{v:g}\n({counts.get(v, 0)} seed{'s' if counts.get(v, 0) != 1 else ''})"
-                                          for v in pivot.index])  # fmt: skip
+        ax.set_xticks(list(pivot.index), [f"{v:g}\n({_n_seeds(counts.get(v, 0))})" for v in pivot.index])
         ax.set_xlabel(setting.replace("_", " "))
     else:
         width = 0.8 / len(table.index)
         for i, row in enumerate(table.index):
             positions = [j + i * width for j in range(len(datasets))]
-            ax.bar(positions, table.loc[row, datasets], width, label=_with_seed_count(row, int(seeds.get(row, 0))),
+            ax.bar(positions, table.loc[row, datasets], width, label=f"{row} ({_n_seeds(int(seeds.get(row, 0)))})",
                    color=f"C{i}")  # fmt: skip
             if seeds.get(row, 0) > 1:
                 mine = points[points.row == row]
@@ -910,17 +909,21 @@ def claims_table(
     # progressive: the head counts run so far (at seeds the default also ran); a count that beats 16 already
     # decides the claim, while 16 ahead of the others decides it only once every count has run
     ran = [n for n in PAPER_HEAD_COUNTS if complete_seeds(head_row(n), datasets)]
-    seeds, note, caveat = matched([head_row(n) for n in ran], datasets) if 16 in ran and len(ran) > 1 else (set(), "", "")
+    decidable = 16 in ran and len(ran) > 1
+    seeds, note, caveat = matched([head_row(n) for n in ran], datasets) if decidable else (set(), "", "")
     if seeds:
         counts = {n: mean_over(head_row(n), datasets, seeds) for n in ran}
         best = max(counts, key=counts.get)
         left = [n for n in PAPER_HEAD_COUNTS if n not in ran]
         pending = f"; top {', '.join(map(str, left))} not run yet" if left else ""
-        verdict = "does not hold" if best != 16 else ("holds" if not left else "best so far")
-        rows.append({"claim": claim, "measured": ", ".join(f"top {n} {v:.4f}" for n, v in counts.items())
-                                                 + f" ({_seeds_label(seeds)}){note}{pending}",
-                     "verdict": f"{verdict} ({_seeds_count(seeds)}){caveat}" if verdict != "best so far"
-                                else f"– (16 best so far; {_seeds_count(seeds)})"})  # fmt: skip
+        if best != 16:
+            verdict = f"does not hold ({_seeds_count(seeds)}){caveat}"
+        elif left:
+            verdict = f"– (16 best so far; {_seeds_count(seeds)})"
+        else:
+            verdict = f"holds ({_seeds_count(seeds)}){caveat}"
+        measured = ", ".join(f"top {n} {v:.4f}" for n, v in counts.items()) + f" ({_seeds_label(seeds)}){note}{pending}"
+        rows.append({"claim": claim, "measured": measured, "verdict": verdict})
     else:
         rows.append({"claim": claim, "measured": "not run yet", "verdict": "–"})
     return pd.DataFrame(rows).set_index("claim")
