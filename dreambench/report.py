@@ -144,7 +144,8 @@ def check_report(reports_dir: Path, results_dir: Path, profile: str, expected: A
     """Problems that make the committed report of ``profile`` not what this code produces (empty: none).
 
     ``expected(method, experiment, dataset)`` is the fingerprint the current code gives that result (or raises
-    when it cannot be computed here). With result files present, the report must also re-render identically.
+    when it cannot be computed here). The report must also re-render identically from the records it keeps
+    (``reports/results/<profile>/``), or, for a report without records, from ``results_dir`` when it has results.
     """
     out = reports_dir / profile
     path = out / PROVENANCE
@@ -162,6 +163,8 @@ def check_report(reports_dir: Path, results_dir: Path, profile: str, expected: A
         if current != row.fingerprint:
             problems.append(f"{label}: computed by other code or settings (fingerprint {row.fingerprint}, "
                             f"this code gives {current}); rerun it")  # fmt: skip
+    if any(records_dir(reports_dir, profile).glob("*/*/*.json")):
+        results_dir = reports_dir / RECORDS  # the report's own records: what it was rendered from
     if any(results_dir.glob(f"{profile}/*/*/*.json")):
         import tempfile
 
@@ -1162,6 +1165,7 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     file; files an earlier rendering left that this one no longer writes are removed, so the folder never
     holds a table the current results do not produce, and a rendering that fails leaves the old one intact.
     """
+    import shutil
     import tempfile
 
     reports_dir.mkdir(parents=True, exist_ok=True)
@@ -1170,12 +1174,39 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         if path is None:
             return None
         fresh, out = Path(tmp) / profile, reports_dir / profile
+        records = copy_records(results_dir / profile, Path(tmp) / RECORDS / profile)
         out.mkdir(parents=True, exist_ok=True)
         for name in _rendered(out) - _rendered(fresh):
             (out / name).unlink()
         for item in fresh.iterdir():  # the scratch folder is inside reports_dir: one file system
             item.replace(out / item.name)
+        kept = records_dir(reports_dir, profile)
+        if kept.exists():
+            shutil.rmtree(kept)
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        records.replace(kept)
     return out / path.name
+
+
+RECORDS = "results"  # reports/results/<profile>/: the result records a report was rendered from
+
+
+def records_dir(reports_dir: Path, profile: str) -> Path:
+    """Where the report of ``profile`` keeps the records it was rendered from: ``reports/results/<profile>/``,
+    laid out like ``results/<profile>/``, so that ``--results-dir reports/results`` re-renders or checks the
+    report, and a copy of it continues the run."""
+    return reports_dir / RECORDS / profile
+
+
+def copy_records(source: Path, target: Path) -> Path:
+    """Copy every JSON record under ``source`` (results with their per-query scores and training logs, stage
+    times, signal checks, tuning points) to ``target``; rankings (``*.run.trec.gz``) and locks stay behind."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.rglob("*.json")):
+        dest = target / path.relative_to(source)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(path.read_bytes())
+    return target
 
 
 def _render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:

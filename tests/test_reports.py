@@ -304,7 +304,7 @@ def test_a_rerender_removes_what_the_results_no_longer_produce(tmp_path, monkeyp
     assert sorted(p.name for p in out.iterdir()) == ["index.png", "provenance.csv", "report.md"]
     assert (out / "index.png").read_bytes() == b"screenshot"
     assert report.check_report(reports, results, "smoke", lambda *key: None) == []
-    assert [p.name for p in reports.iterdir()] == ["smoke"]  # no scratch folder left
+    assert sorted(p.name for p in reports.iterdir()) == ["results", "smoke"]  # the records; no scratch folder left
 
     def failing(results_dir, reports_dir, profile):
         (reports_dir / profile).mkdir(parents=True)
@@ -314,4 +314,6 @@ def test_a_rerender_removes_what_the_results_no_longer_produce(tmp_path, monkeyp
     monkeypatch.setattr(report, "_render", failing)
     with pytest.raises(RuntimeError):
         report.render(results, reports, "smoke")
-    assert (out / "report.md").read_text() == "# r\n" and [p.name for p in reports.iterdir()] == ["smoke"]
+    assert (out / "report.md").read_text() == "# r\n"
+    assert sorted(p.name for p in reports.iterdir()) == ["results", "smoke"]
+    assert (reports / "results" / "smoke" / "m" / "default" / "d.json").read_text() == "{}"

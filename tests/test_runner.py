@@ -354,9 +354,12 @@ def test_check_vouches_for_a_report_only_while_the_code_would_produce_it(tiny_da
     report_md = workspace.reports_dir / "t" / "report.md"
     report_md.write_text(report_md.read_text() + "edited\n")
     assert check_report(workspace.reports_dir, workspace.results_dir, "t", checker(prof)) == [
-        f"{report_md}: differs from a rendering of {workspace.results_dir / 't'}"
+        f"{report_md}: differs from a rendering of {workspace.reports_dir / 'results' / 't'}"
     ]
-    shutil.rmtree(workspace.results_dir)  # a fresh clone: only the committed report and its provenance
+    render(workspace.results_dir, workspace.reports_dir, "t")
+    shutil.rmtree(workspace.results_dir)  # a fresh clone: the committed report with its records
+    assert check_report(workspace.reports_dir, workspace.results_dir, "t", checker(prof)) == []
+    shutil.rmtree(workspace.reports_dir / "results")  # a report without records: its provenance alone
     assert check_report(workspace.reports_dir, workspace.results_dir, "t", checker(prof)) == []
     changed = replace(prof, config=replace(prof.config, eval=replace(prof.config.eval, depth=50)))
     problems = check_report(workspace.reports_dir, workspace.results_dir, "t", checker(changed))
@@ -365,6 +368,59 @@ def test_check_vouches_for_a_report_only_while_the_code_would_produce_it(tiny_da
     )
     tiny_dataset.joinpath("qrels", "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td2\t1\n")
     assert len(check_report(workspace.reports_dir, workspace.results_dir, "t", checker(prof))) == 1
+
+
+def test_a_report_keeps_the_records_it_was_rendered_from(tiny_dataset, workspace, capsys):
+    """reports/results/<profile>/ holds a copy of every JSON record the report was rendered from (not the
+    rankings): a fresh clone re-renders and checks the report from it, a record edited after rendering fails
+    --check, and a copy of it continues the run without recomputing what it holds."""
+    import shutil
+
+    from dreambench.report import check_report
+    from dreambench.runner import expected_fingerprint
+
+    prof = profile()
+    Runner(workspace).run(plan_jobs(prof, prof.config, seeds=[0]))
+    render(workspace.results_dir, workspace.reports_dir, "t")
+    source, records = workspace.results_dir / "t", workspace.reports_dir / "results" / "t"
+    kept = sorted(p.relative_to(records) for p in records.rglob("*") if p.is_file())
+    assert kept == sorted(p.relative_to(source) for p in source.rglob("*.json"))
+    assert any(p.name == "scifact.json" for p in kept)
+    assert all((records / p).read_bytes() == (source / p).read_bytes() for p in kept)
+    assert not list(records.rglob("*.run.trec.gz")) and list(source.rglob("*.run.trec.gz"))
+
+    def checker(method, experiment, dataset):
+        return expected_fingerprint(prof, method, experiment, dataset, workspace)
+
+    shutil.rmtree(workspace.results_dir)  # a fresh clone
+    assert check_report(workspace.reports_dir, workspace.results_dir, "t", checker) == []
+    report_md = workspace.reports_dir / "t" / "report.md"
+    before = report_md.read_bytes()
+    render(workspace.reports_dir / "results", workspace.reports_dir, "t")  # --results-dir reports/results
+    assert report_md.read_bytes() == before and sorted(
+        p.relative_to(records) for p in records.rglob("*") if p.is_file()) == kept
+    record = next(p for p in records.rglob("scifact.json"))
+    payload = json.loads(record.read_text())
+    payload["scores"] = {k: v / 2 for k, v in payload["scores"].items()}
+    record.write_text(json.dumps(payload))
+    problems = check_report(workspace.reports_dir, workspace.results_dir, "t", checker)
+    assert f"{report_md}: differs from a rendering of {workspace.reports_dir / 'results' / 't'}" in problems
+    shutil.rmtree(records)
+    render(workspace.reports_dir / "results", workspace.reports_dir, "t")  # nothing to render from: untouched
+    assert report_md.read_bytes() == before
+
+
+def test_a_copy_of_a_reports_records_continues_the_run(tiny_dataset, workspace):
+    import shutil
+
+    prof = profile()
+    Runner(workspace).run(plan_jobs(prof, prof.config, seeds=[0]))
+    render(workspace.results_dir, workspace.reports_dir, "t")
+    shutil.rmtree(workspace.results_dir)
+    shutil.copytree(workspace.reports_dir / "results", workspace.results_dir)  # another machine, same commit
+    calls = OverlapMethod.calls
+    assert [o.status for o in Runner(workspace).run(plan_jobs(prof, prof.config))] == ["cached"]
+    assert OverlapMethod.calls == calls
 
 
 def test_a_diverged_training_fails_its_run_only_and_the_report_says_so(tiny_dataset, workspace, monkeypatch):
