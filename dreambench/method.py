@@ -295,6 +295,7 @@ class TrainedDenseMethod(DenseMethod):
             "instances": data.manifest["instances"],
             "query_source": data.manifest["query_source"],
             "query_generator": data.manifest["query_generator"],
+            "training_data": {"folder": data.folder.name, "sha256": data.sha256},
             **self.summary_extra(),
         }
 

@@ -711,6 +711,32 @@ def training_table(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index").loc[in_row_order(rows)] if rows else pd.DataFrame()
 
 
+def training_data_lines(frame: pd.DataFrame) -> list[str]:
+    """Whether the trained runs that share a training-data configuration read identical instances (their
+    recorded sha256): runs of one report may have been trained on different machines, each rebuilding the
+    data (query generation included) from an empty cache."""
+    groups: dict[str, dict[str, set[str]]] = {}
+    for method, experiment, seed, summary in zip(
+        frame.method, frame.experiment, frame.seed, frame.training, strict=True
+    ):
+        data = (summary or {}).get("training_data") or {}
+        if data.get("sha256"):
+            label = f"{_row_label(method, experiment)} [seed {seed}]"
+            groups.setdefault(data["folder"], {}).setdefault(data["sha256"], set()).add(label)
+    lines = []
+    for folder, by_hash in sorted(groups.items()):
+        runs = sorted({run for labels in by_hash.values() for run in labels})
+        if len(by_hash) == 1:
+            lines.append(f"Training data `{folder}`: the {len(runs)} run(s) trained on it read identical instances "
+                         f"(sha256 of the train, held-out and probe files `{next(iter(by_hash))[:12]}`).")  # fmt: skip
+            continue
+        versions = "; ".join(f"`{h[:12]}`: {', '.join(sorted(labels))}" for h, labels in sorted(by_hash.items()))
+        lines.append(f"**Training data `{folder}` differs between runs** (rebuilt differently on another machine): "
+                     f"{versions}. Runs trained on different instances are not comparable; delete the results of "
+                     "one version and rerun them where the data matches.")  # fmt: skip
+    return lines
+
+
 def signal_table(results_dir: Path, profile: str) -> pd.DataFrame:
     """DREAM's signal checks stored under ``results/<profile>/signal/`` (``python -m dreambench.signal``)."""
     from .signal import format_rows
@@ -1325,6 +1351,8 @@ def _render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
             _markdown(training, ("",) + tuple(TRAINING_FORMATS.get(c, ".4f") for c in training.columns)),
             "",
             *learning_verdicts(training),
+            "",
+            *training_data_lines(frame),
         ]
         if plot_training_curves(frame, out / "training_curves.png"):
             sections += ["", "![training curves](training_curves.png)", ""]

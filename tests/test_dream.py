@@ -148,8 +148,18 @@ def test_dream_trains_and_evaluates_through_the_runner(workspace):
         table.loc[row, "τ start"] == config.methods["dream"].get("tau_init", 0.05)
         and table.loc[row, "τ end"] > 0
     )
+    # the run records which instances it read: the sha256 of the built files, named in the report
+    import hashlib
+
+    folder = next((workspace.cache_dir / "training-data").glob(training["training_data"]["folder"]))
+    digest = hashlib.sha256()
+    for name in ("train.jsonl", "heldout.jsonl", "probe.jsonl"):
+        digest.update(name.encode() + b"\0" + (folder / name).read_bytes() + b"\0")
+    assert training["training_data"]["sha256"] == digest.hexdigest()
     render(workspace.results_dir, workspace.reports_dir, "smoke")
-    assert "## Training" in (workspace.reports_dir / "smoke" / "report.md").read_text()
+    text = (workspace.reports_dir / "smoke" / "report.md").read_text()
+    assert "## Training" in text and f"Training data `{folder.name}`: the 1 run(s)" in text
+    assert digest.hexdigest()[:12] in text
     assert (workspace.reports_dir / "smoke" / "training.csv").is_file()
 
 

@@ -317,3 +317,26 @@ def test_a_rerender_removes_what_the_results_no_longer_produce(tmp_path, monkeyp
     assert (out / "report.md").read_text() == "# r\n"
     assert sorted(p.name for p in reports.iterdir()) == ["results", "smoke"]
     assert (reports / "results" / "smoke" / "m" / "default" / "d.json").read_text() == "{}"
+
+
+def test_runs_trained_on_differently_rebuilt_data_are_flagged():
+    """Runs of one report can come from different machines, each rebuilding the training data: the report says
+    whether the runs of one data configuration read identical instances, and flags it loudly when not."""
+    from dreambench.report import training_data_lines
+
+    def run(experiment, seed, folder, sha):
+        return {"method": "dream", "experiment": experiment, "seed": seed,
+                "training": {"training_data": {"folder": folder, "sha256": sha}}}  # fmt: skip
+
+    same = pd.DataFrame([run("default", 0, "wiki-a", "1" * 64), run("default", 1, "wiki-a", "1" * 64),
+                         run("candidates-4", 0, "wiki-b", "2" * 64), {**run("default", 2, "x", None)}])  # fmt: skip
+    assert training_data_lines(same) == [
+        "Training data `wiki-a`: the 2 run(s) trained on it read identical instances (sha256 of the train, "
+        "held-out and probe files `111111111111`).",
+        "Training data `wiki-b`: the 1 run(s) trained on it read identical instances (sha256 of the train, "
+        "held-out and probe files `222222222222`).",
+    ]
+    differ = pd.concat([same, pd.DataFrame([run("default", 3, "wiki-a", "3" * 64)])])
+    (flag, _) = training_data_lines(differ)
+    assert flag.startswith("**Training data `wiki-a` differs between runs**")
+    assert "`111111111111`: dream [seed 0], dream [seed 1]; `333333333333`: dream [seed 3]" in flag

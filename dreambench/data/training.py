@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
+import hashlib
 import json
 import logging
 import math
@@ -71,6 +73,18 @@ class TrainingData:
     probe: list[TrainingInstance]
     manifest: dict
     folder: Path
+
+    @functools.cached_property
+    def sha256(self) -> str | None:
+        """Of the instance files as built (train, held-out, probe): every trained result records it, so runs
+        whose data was rebuilt on another machine can be shown to have read the same instances."""
+        digest = hashlib.sha256()
+        for name in ("train.jsonl", "heldout.jsonl", "probe.jsonl"):
+            path = self.folder / name
+            if not path.is_file():
+                return None
+            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+        return digest.hexdigest()
 
 
 # ----------------------------------------------------------------------------------------------------------
