@@ -10,7 +10,7 @@ Outputs under ``<reports-dir>/<profile>/``:
 * ``stage_times.csv`` — wall time per stage of ``run_all.py`` (training data, main table, …), summed over runs;
 * ``provenance.csv`` — per result: its dependency fingerprint and commit (``run_all.py --check`` verifies them);
 * ``report.md`` — the tables, reproduction checks against published reference numbers ([OK]/[FAIL]), the
-  DREAM paper's numbers side by side (``shared/reference/dream_paper_ndcg10.csv``), and provenance.
+  DREAM paper's numbers side by side (``dreambench/reference/dream_paper_ndcg10.csv``), and provenance.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import pandas as pd
 
 from .results import SEED_MARK, iter_results
 from .tasks import TASKS
-from .workspace import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +83,10 @@ def _save(fig, path: Path, dpi: int) -> None:
 
 
 def find_paper_reference() -> Path | None:
-    for candidate in (PROJECT_ROOT.parent / "shared" / "reference", PROJECT_ROOT / "reference"):
-        if (candidate / PAPER_REFERENCE_CSV).is_file():
-            return candidate / PAPER_REFERENCE_CSV
-    return None
+    """The DREAM paper's NDCG@10 (Tables 1, 4–5), shipped with the package so that every machine renders the
+    same report."""
+    path = Path(__file__).resolve().parent / "reference" / PAPER_REFERENCE_CSV
+    return path if path.is_file() else None
 
 
 def results_frame(results_dir: Path, profile: str) -> pd.DataFrame:
@@ -1191,7 +1190,6 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
     file; files an earlier rendering left that this one no longer writes are removed, so the folder never
     holds a table the current results do not produce, and a rendering that fails leaves the old one intact.
     """
-    import shutil
     import tempfile
 
     reports_dir.mkdir(parents=True, exist_ok=True)
@@ -1207,9 +1205,9 @@ def render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         for item in fresh.iterdir():  # the scratch folder is inside reports_dir: one file system
             item.replace(out / item.name)
         kept = records_dir(reports_dir, profile)
-        if kept.exists():
-            shutil.rmtree(kept)
         kept.parent.mkdir(parents=True, exist_ok=True)
+        if kept.exists():  # moved aside, then the new records in: never a moment without records
+            kept.replace(Path(tmp) / "previous-records")
         records.replace(kept)
     return out / path.name
 

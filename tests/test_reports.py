@@ -274,7 +274,6 @@ def test_still_to_run_lists_what_is_missing_in_the_order_the_plan_runs_it(tmp_pa
     assert first.experiment.method not in main_rows
 
 
-
 def test_a_rerender_removes_what_the_results_no_longer_produce(tmp_path, monkeypatch):
     """A re-render replaces the renderer's files and removes those it no longer writes (e.g. a tuning table of
     results since deleted); the screenshot index.png is left alone; --check names a leftover file; a rendering
@@ -340,3 +339,17 @@ def test_runs_trained_on_differently_rebuilt_data_are_flagged():
     (flag, _) = training_data_lines(differ)
     assert flag.startswith("**Training data `wiki-a` differs between runs**")
     assert "`111111111111`: dream [seed 0], dream [seed 1]; `333333333333`: dream [seed 3]" in flag
+
+
+def test_the_papers_numbers_ship_with_the_package():
+    """The DREAM paper's table the report sets beside ours is read from the package, not from a folder users
+    do not have: a report renders the same on every machine."""
+    from dreambench.report import find_paper_reference
+
+    path = find_paper_reference()
+    assert path is not None and path.parent.parent == PROJECT_ROOT / "dreambench"
+    frame = pd.read_csv(path)
+    assert list(frame.columns) == ["benchmark", "task", "backbone", "method", "ndcg_at_10"] and len(frame) > 300
+    shared = SHARED_DATASETS.parent / "reference" / path.name
+    if shared.is_file():
+        assert shared.read_bytes() == path.read_bytes()

@@ -370,7 +370,7 @@ def test_check_vouches_for_a_report_only_while_the_code_would_produce_it(tiny_da
     assert len(check_report(workspace.reports_dir, workspace.results_dir, "t", checker(prof))) == 1
 
 
-def test_a_report_keeps_the_records_it_was_rendered_from(tiny_dataset, workspace, capsys):
+def test_a_report_keeps_the_records_it_was_rendered_from(tiny_dataset, workspace):
     """reports/results/<profile>/ holds a copy of every JSON record the report was rendered from (not the
     rankings): a fresh clone re-renders and checks the report from it, a record edited after rendering fails
     --check, and a copy of it continues the run without recomputing what it holds."""
