@@ -1058,6 +1058,9 @@ def stage_times(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[str
 
 def _machine_label(machine: dict[str, Any]) -> str:
     device = machine.get("cuda_device") or f"{machine.get('cpus', '?')} CPU cores"
+    if machine.get("cpu") and not machine.get("cuda_device"):  # recorded since the CPU model was; older: absent
+        isa = f", torch kernels {machine['cpu_capability']}" if machine.get("cpu_capability") else ""
+        device += f" ({machine['cpu']}{isa})"
     return f"{device}, {machine.get('torch_threads', '?')} torch threads, {machine.get('platform', '?')}"
 
 

@@ -146,12 +146,26 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else what ``platform`` knows), or None."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip() or None
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def machine_info() -> dict[str, Any]:
-    info: dict[str, Any] = {"platform": platform.platform(), "cpus": os.cpu_count()}
+    """What a result's numbers may depend on beyond code and config: the same code can round differently on
+    another CPU, since torch picks its CPU kernels by instruction set (``cpu_capability``)."""
+    info: dict[str, Any] = {"platform": platform.platform(), "cpus": os.cpu_count(), "cpu": cpu_model()}
     try:
         import torch
 
         info["torch_threads"] = torch.get_num_threads()
+        info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
         if torch.cuda.is_available():
             info["cuda_device"] = torch.cuda.get_device_name(0)
     except ImportError:

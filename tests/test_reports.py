@@ -353,3 +353,19 @@ def test_the_papers_numbers_ship_with_the_package():
     shared = SHARED_DATASETS.parent / "reference" / path.name
     if shared.is_file():
         assert shared.read_bytes() == path.read_bytes()
+
+
+def test_the_provenance_names_the_cpu_and_the_kernels_torch_picked():
+    """The same code can round differently on another CPU (torch dispatches its CPU kernels by instruction
+    set), so a machine is named by its CPU model and that instruction set when they were recorded."""
+    from dreambench.report import _machine_label
+    from dreambench.workspace import machine_info
+
+    info = machine_info()
+    assert {"platform", "cpus", "cpu", "torch_threads", "cpu_capability"} <= set(info)
+    label = _machine_label({"cpus": 2, "torch_threads": 2, "platform": "Linux-x", "cpu": "Some CPU 9000",
+                            "cpu_capability": "AVX512"})
+    assert label == "2 CPU cores (Some CPU 9000, torch kernels AVX512), 2 torch threads, Linux-x"
+    # records written before the CPU was recorded render as they did
+    assert _machine_label({"cpus": 2, "torch_threads": 2, "platform": "Linux-x"}) == "2 CPU cores, 2 torch threads, Linux-x"
+    assert _machine_label({"cuda_device": "H100", "cpu": "x", "torch_threads": 16, "platform": "L"}) == "H100, 16 torch threads, L"
