@@ -244,8 +244,10 @@ class TrainedDenseMethod(DenseMethod):
             self.build(data)
         self.build_collective(data)  # work the ranks share (REPLUG's judge likelihoods, sharded)
         # what is on disk decides, as rank 0 sees it: every rank takes the same path (collectives follow)
+        # final.pt is written last, so it marks a finished training; a kill just before it (or, from older
+        # code, between it and summary.json) leaves a run that resumes from its last checkpoint
         trained, before_cached = distributed.broadcast_object(
-            (final.is_file(), (out_dir / "heldout_before.json").is_file())
+            (final.is_file() and (out_dir / "summary.json").is_file(), (out_dir / "heldout_before.json").is_file())
         )
         if trained:
             load_trainable_state(self.trainable_modules(), torch.load(final, map_location="cpu"), final)
@@ -264,9 +266,9 @@ class TrainedDenseMethod(DenseMethod):
             )
             self.training_summary = self._summarise(out_dir, data, json.loads(before_path.read_text()))
             if distributed.is_main():
-                with atomic_path(final) as tmp:
-                    torch.save(trainable_state(self.trainable_modules()), tmp)
                 write_json_atomic(out_dir / "summary.json", self.training_summary)
+                with atomic_path(final) as tmp:  # last: its presence means the summary is there too
+                    torch.save(trainable_state(self.trainable_modules()), tmp)
             distributed.barrier()
         self.after_training()
         self.retriever.merge_lora()  # evaluation only encodes from here on

@@ -139,6 +139,13 @@ def test_dream_trains_and_evaluates_through_the_runner(workspace):
     ]
     log_lines = (workspace.cache_dir / "checkpoints" / "smoke").glob("dream-*/train_log.jsonl")
     assert sum(len(p.read_text().splitlines()) for p in log_lines) == config.train.steps
+    # a run killed between its weights and its summary is not taken as finished: it resumes and completes
+    (summary,) = (workspace.cache_dir / "checkpoints" / "smoke").glob("dream-*/summary.json")
+    summary.unlink()
+    assert [o.status for o in Runner(workspace, overwrite=True).run(plan_jobs(profile, config))] == [
+        "computed"
+    ]
+    assert json.loads(summary.read_text())["heldout_after"] == training["heldout_after"]
     # the report lists the training run with its held-out ranking before and after
     table = training_table(results_frame(workspace.results_dir, "smoke"))
     row = "dream [seed 0]"
