@@ -342,34 +342,50 @@ SIGNIFICANCE_TEST = "paired two-sided Student's t-test over queries (ranx), Bonf
 SIGNIFICANCE_LEVELS = ((0.01, "‡"), (0.05, "†"))
 
 
-def per_query_scores(results_dir: Path, profile: str, metric: str = "ndcg_at_10") -> dict[tuple[str, str], pd.Series]:
-    """(row, dataset) → per-query ``metric`` of the main-table rows, averaged over the row's seeds."""
-    collected: dict[tuple[str, str], list[pd.Series]] = {}
+ANY_SEED = "any"  # the seed column of a result that no training seed produced
+
+
+def per_query_scores(
+    results_dir: Path, profile: str, metric: str = "ndcg_at_10"
+) -> dict[tuple[str, str], pd.DataFrame]:
+    """(row, dataset) → per-query ``metric`` of the main-table rows, one column per training seed (one column
+    ``ANY_SEED`` for a row that does not train: BM25 and the untrained retriever are the same at every seed)."""
+    collected: dict[tuple[str, str], dict[int, pd.Series]] = {}
     for payload in iter_results(results_dir, profile):
         if payload.get("experiment_group", "main") != "main" or not payload.get("per_query"):
             continue
         row = _row_label(payload["method"], payload["experiment"].split(SEED_MARK)[0])
         values = pd.Series({q: s.get(metric, 0.0) for q, s in payload["per_query"].items()}, dtype=float)
-        collected.setdefault((row, payload["dataset"]), []).append(values)
+        seed = int(payload.get("seed") or 0) if payload.get("training") else ANY_SEED  # BM25 has no seed
+        collected.setdefault((row, payload["dataset"]), {})[seed] = values
     # a query a seed did not rank counts 0 (pytrec_eval reports no score for it)
-    return {key: pd.concat(runs, axis=1).fillna(0.0).mean(axis=1) for key, runs in collected.items()}
+    return {key: pd.DataFrame(runs).fillna(0.0) for key, runs in collected.items()}
 
 
-def significance(results_dir: Path, profile: str, reference: str = "dream") -> pd.DataFrame:
+def significance(results_dir: Path, profile: str, reference: str = "dream") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per dataset, ``reference`` against every other main-table row: the corrected p-value of a paired
-    t-test over queries (per-query NDCG@10 averaged over seeds). Rows = the other methods, columns = datasets;
-    the family corrected for is the comparisons made on one dataset."""
+    t-test over queries, on the training seeds both rows ran (per-query NDCG@10 averaged over those seeds: a
+    row with more seeds is not compared by its mean against another's single run). Rows = the other methods,
+    columns = datasets; the family corrected for is the comparisons made on one dataset. Returns the p-values
+    and, in the same layout, the seeds each comparison used ("0,1,2")."""
     from ranx.statistical_tests import paired_student_t_test
 
     scores = per_query_scores(results_dir, profile)
     table: dict[str, dict[str, float]] = {}
+    used: dict[str, dict[str, str]] = {}
     for dataset in sorted({d for _, d in scores}, key=_dataset_order):
         if (reference, dataset) not in scores:
             continue
-        ours = scores[(reference, dataset)]
+        ours_all = scores[(reference, dataset)]
         others = [row for row, d in scores if d == dataset and row != reference]
         for row in others:
-            theirs = scores[(row, dataset)]
+            theirs_all = scores[(row, dataset)]
+            if list(theirs_all.columns) == [ANY_SEED]:  # the same model at every seed of ours
+                theirs_all = pd.DataFrame({k: theirs_all[ANY_SEED] for k in ours_all.columns})
+            seeds = sorted(set(ours_all.columns) & set(theirs_all.columns), key=str)
+            if not seeds:
+                continue
+            ours, theirs = ours_all[seeds].mean(axis=1), theirs_all[seeds].mean(axis=1)
             queries = ours.index.union(theirs.index)
             a = ours.reindex(queries, fill_value=0.0).to_numpy()
             b = theirs.reindex(queries, fill_value=0.0).to_numpy()
@@ -378,7 +394,8 @@ def significance(results_dir: Path, profile: str, reference: str = "dream") -> p
             else:
                 p_value, _ = paired_student_t_test(a, b, max_p=0.05)
             table.setdefault(row, {})[dataset] = min(1.0, float(p_value) * len(others))
-    return pd.DataFrame(table).T
+            used.setdefault(row, {})[dataset] = ",".join(map(str, seeds))
+    return pd.DataFrame(table).T, pd.DataFrame(used).T
 
 
 def _mark(p_value: float) -> str:
@@ -843,22 +860,34 @@ def claims_table(
 ) -> pd.DataFrame:
     """Each of the paper's claims checked on these results, whichever way it falls.
 
-    Main-table claims: per dataset, DREAM's mean NDCG@10 (over seeds) against the baseline's, with the number
-    of sets where the paired test (corrected; the table's marks) finds DREAM significantly ahead or behind.
+    Main-table claims: per dataset, DREAM's mean NDCG@10 against the baseline's over the seeds both ran, with
+    the number of sets where the paired test (corrected; the table's marks) finds DREAM significantly ahead or behind.
     Verdict: *does not hold* when DREAM is behind on every dataset or significantly behind on any; *holds* when
     it is ahead on every dataset and significantly ahead on at least one (*ahead, not significantly* when on
-    none); *mixed* otherwise. When DREAM or the baseline did not learn in every seed (``training``: the held-out
-    top-1 did not rise), the verdict says so: it then compares a model that barely moved. Ablation claims
+    none); *mixed* otherwise. When DREAM or the baseline did not learn in every one of those seeds (``training``:
+    the held-out top-1 did not rise), the verdict says so: it then compares a model that barely moved. Ablation claims
     compare the rows at the seeds both ran (the default's runs of those seeds as reference) by the mean over
     the ablation's sets and those seeds (no significance test: an ablation has one to three seeds), and say in
     how many of them each row learned.
     """
     rows = []
     sets = [c for c in main.columns if not str(c).startswith("avg ")]
-    learned_seeds = seeds_learned(training)
+    scores = frame[frame.metric == "ndcg_at_10"]
+    scores = scores.assign(row=[_row_label(m, e) for m, e in zip(scores.method, scores.experiment, strict=True)])
+    learned_runs = runs_learned(training)
+
+    def seeds_of(row: str, dataset: str) -> set[int]:
+        return {int(k) for k in scores[(scores.row == row) & (scores.dataset == dataset)].seed.dropna()}
+
+    def at_seeds(row: str, dataset: str, seeds: set[int]) -> float:
+        sub = scores[(scores.row == row) & (scores.dataset == dataset) & scores.seed.isin(seeds)]
+        return float(sub.value.mean())
+
     for claim, other in BASELINE_CLAIMS:
-        both_ran = "dream" in main.index and other in main.index
-        diff = (main.loc["dream", sets] - main.loc[other, sets]).dropna() if both_ran else pd.Series()  # sets both have
+        # per set, the seeds both ran: DREAM's mean over three seeds is not set against one run of a baseline
+        matched = {d: seeds_of("dream", d) & seeds_of(other, d) for d in sets}
+        matched = {d: k for d, k in matched.items() if k}
+        diff = pd.Series({d: at_seeds("dream", d, k) - at_seeds(other, d, k) for d, k in matched.items()}, dtype=float)
         if diff.empty:
             rows.append({"claim": claim, "measured": "not run yet", "verdict": "–"})
             continue
@@ -872,17 +901,17 @@ def claims_table(
             verdict = "holds" if sig_ahead else "ahead, not significantly"
         else:
             verdict = "mixed"
-        measured = (f"ahead on {ahead} of {len(diff)} sets, behind on {behind}; mean difference {diff.mean():+.4f}; "
-                    f"significantly ahead on {sig_ahead}, significantly behind on {sig_behind} (p < 0.05)")  # fmt: skip
-        stalled = [(m, *learned_seeds[m]) for m in ("dream", other)
-                   if m in learned_seeds and learned_seeds[m][0] < learned_seeds[m][1]]  # fmt: skip
+        seeds = set.union(*matched.values())
+        measured = (f"ahead on {ahead} of {len(diff)} sets, behind on {behind}; mean difference {diff.mean():+.4f} "
+                    f"({_seeds_label(seeds)}, those both ran); significantly ahead on {sig_ahead}, significantly "
+                    f"behind on {sig_behind} (p < 0.05)")  # fmt: skip
+        stalled = [(m, sum(learned_runs[(m, k)] for k in seeds), len(seeds)) for m in ("dream", other)
+                   if all((m, k) in learned_runs for k in seeds)]  # fmt: skip
+        stalled = [(m, r, n) for m, r, n in stalled if r < n]
         if stalled:
             measured += "; " + "; ".join(f"{m} learned in {r} of {n} seed(s)" for m, r, n in stalled)
             verdict += f" — but {' and '.join(m for m, _, _ in stalled)} did not learn in every seed"
         rows.append({"claim": claim, "measured": measured, "verdict": verdict})
-    scores = frame[frame.metric == "ndcg_at_10"]
-    scores = scores.assign(row=[_row_label(m, e) for m, e in zip(scores.method, scores.experiment, strict=True)])
-    learned_runs = runs_learned(training)
 
     def complete_seeds(row: str, datasets: list[str]) -> set[int]:
         """The seeds at which ``row`` has a result on every one of ``datasets``."""
@@ -1286,9 +1315,20 @@ def _render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         *reproduce_commands(results_dir, profile),
         "",
     ]
-    p_values = significance(results_dir, profile) if "dream" in set(main.index) else pd.DataFrame()
+    p_values, tested_seeds = (
+        significance(results_dir, profile) if "dream" in set(main.index) else (pd.DataFrame(), pd.DataFrame())
+    )
     if not p_values.empty:
         p_values.to_csv(out / "significance.csv", float_format="%.4g")
+    seeds_of_main = row_seeds(frame[(frame.metric == "ndcg_at_10") & (frame.group == "main")])
+    # which seeds each comparison used, where a row's seeds differ from DREAM's (e.g. a baseline's further seeds
+    # not run yet); the same on every set, or named per set
+    partial_seeds = sorted(
+        f"against {row}: seed{'s' if ',' in used else ''} {used.replace(',', ', ')} only"
+        for row in tested_seeds.index
+        for used in sorted(set(tested_seeds.loc[row].dropna()))
+        if row in seeds_of_main and used != ",".join(map(str, seeds_of_main.get("dream", [])))
+    )
     seeds_per_row = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main")].groupby(
         ["method", "experiment"])["seed"].nunique()  # fmt: skip
     sections += [
@@ -1298,8 +1338,10 @@ def _render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         f"({', '.join(f'{_row_label(m, e)} {n}' for (m, e), n in seeds_per_row.items() if n > 1) or 'none yet'}). "
         + (
             f"{SIGNIFICANCE_LEVELS[1][1]} / {SIGNIFICANCE_LEVELS[0][1]}: DREAM differs from that row at p < 0.05 / "
-            f"p < 0.01 ({SIGNIFICANCE_TEST} over the rows compared on the dataset; per-query NDCG@10 averaged over "
-            "seeds; p-values in `significance.csv`). Averages are unmarked."
+            f"p < 0.01 ({SIGNIFICANCE_TEST} over the rows compared on the dataset; on the training seeds both rows "
+            "ran, per-query NDCG@10 averaged over those seeds"
+            + (f" ({'; '.join(partial_seeds)})" if partial_seeds else "")
+            + "; p-values in `significance.csv`). Averages are unmarked."
             if not p_values.empty
             else ""
         ),
@@ -1315,7 +1357,7 @@ def _render(results_dir: Path, reports_dir: Path, profile: str) -> Path | None:
         "## The paper's claims at this scale",
         "",
         "Checked on the results above, whichever way they fall. Against a baseline: DREAM's mean NDCG@10 per set "
-        "(over seeds) and the paired tests of the table; *does not hold* = behind on every set or significantly "
+        "over the seeds both ran and the paired tests of the table; *does not hold* = behind on every set or significantly "
         "behind on one; *holds* = ahead on every set and significantly ahead on at least one (*ahead, not "
         "significantly* when on none); else *mixed*. Ablations: "
         "the seeds the ablation ran, the default's runs of the same seeds as reference, "

@@ -369,3 +369,44 @@ def test_the_provenance_names_the_cpu_and_the_kernels_torch_picked():
     # records written before the CPU was recorded render as they did
     assert _machine_label({"cpus": 2, "torch_threads": 2, "platform": "Linux-x"}) == "2 CPU cores, 2 torch threads, Linux-x"
     assert _machine_label({"cuda_device": "H100", "cpu": "x", "torch_threads": 16, "platform": "L"}) == "H100, 16 torch threads, L"
+
+
+def test_dream_is_compared_with_a_baseline_on_the_seeds_both_ran(tmp_path):
+    """DREAM with three seeds against a baseline with one: the paired test and the claim use the shared seed,
+    not DREAM's mean over three against one run; a row that does not train (BM25) counts at every seed."""
+    import json
+
+    from dreambench.report import claims_table, score_table, significance
+    from dreambench.results import SCHEMA_VERSION
+
+    queries = [f"q{i}" for i in range(30)]
+    first = [0.1 + 0.05 * (i % 2) for i in range(30)]
+    dream = {0: first, 1: [0.2] * 30, 2: [0.9] * 30}  # took off in seed 2 only
+    revela = {0: [v + 0.02 * (i % 3 > 0) for i, v in enumerate(first)]}  # ahead of DREAM's seed 0 on 20 queries
+    runs = [("dream", k, v) for k, v in dream.items()] + [("revela", 0, revela[0]), ("bm25", None, [0.5] * 30)]
+    rows = []
+    for method, seed, values in runs:
+        name = "default" if seed in (None, 0) else f"default@seed{seed}"
+        payload = {"schema_version": SCHEMA_VERSION, "method": method, "experiment": name,
+                   "dataset": "nano-scifact", "seed": seed or 0, "experiment_group": "main",
+                   "training": None if seed is None else {"steps": 1},
+                   "per_query": {q: {"ndcg_at_10": v} for q, v in zip(queries, values, strict=True)}}  # fmt: skip
+        path = tmp_path / "mini" / method / name / "nano-scifact.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload))
+        rows.append({"method": method, "experiment": "default", "group": "main", "dataset": "nano-scifact",
+                     "metric": "ndcg_at_10", "value": sum(values) / 30, "seed": seed or 0, "params": {},
+                     "num_candidates": 8})  # fmt: skip
+    p_values, seeds = significance(tmp_path, "mini")
+    assert seeds.at["revela", "nano-scifact"] == "0"
+    assert seeds.at["bm25", "nano-scifact"] == "0,1,2"  # BM25 is the same model at every seed of DREAM's
+    # at seed 0 Revela is ahead (by 0.02 on two queries of three): DREAM is behind, while its mean over three
+    # seeds (0.41) would have been far ahead of Revela's one run
+    assert p_values.at["revela", "nano-scifact"] < 0.05
+    frame = pd.DataFrame(rows)
+    main = score_table(frame, group="main")
+    claims = claims_table(frame, main, p_values)
+    claim = claims.loc["DREAM beats Revela (Tables 1, 4–5)"]
+    assert claim["verdict"] == "does not hold"
+    assert "mean difference -0.0133 (seed 0, those both ran)" in claim["measured"]
+    assert "significantly behind on 1" in claim["measured"]
