@@ -410,3 +410,21 @@ def test_dream_is_compared_with_a_baseline_on_the_seeds_both_ran(tmp_path):
     assert claim["verdict"] == "does not hold"
     assert "mean difference -0.0133 (seed 0, those both ran)" in claim["measured"]
     assert "significantly behind on 1" in claim["measured"]
+
+
+def test_the_per_seed_table_lists_every_run_of_a_row_with_several_seeds():
+    from dreambench.report import per_seed_table
+
+    rows = [{"method": "dream", "experiment": "default", "group": "main", "dataset": d, "metric": "ndcg_at_10",
+             "value": v + (0.6 if seed == 1 else 0.0), "seed": seed}
+            for seed in (0, 1) for d, v in (("nano-scifact", 0.1), ("nano-arguana", 0.2), ("wiki-desc2lead", 0.3))]
+    rows += [{"method": "bm25", "experiment": "default", "group": "main", "dataset": "nano-scifact",
+              "metric": "ndcg_at_10", "value": 0.7, "seed": 0}]  # fmt: skip
+    training = pd.DataFrame({"held-out top-1 before": [0.19, 0.19], "held-out top-1 after": [0.19, 0.75],
+                             "held-out instances": [100, 100]}, index=["dream [seed 0]", "dream [seed 1]"])  # fmt: skip
+    table = per_seed_table(pd.DataFrame(rows), training)
+    assert list(table.index) == ["dream [seed 0]", "dream [seed 1]"]  # BM25 ran once: not listed
+    assert table.at["dream [seed 1]", "nano-scifact"] == pytest.approx(0.7)
+    assert table.at["dream [seed 0]", "avg BEIR (nano)"] == pytest.approx(0.15)
+    assert list(table["learned"]) == ["no", "yes"]
+    assert per_seed_table(pd.DataFrame(rows[:3] + rows[-1:])).empty  # one seed each: nothing to list
