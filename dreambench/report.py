@@ -1052,7 +1052,8 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
                 "chosen": "✔" if final_axis else ("failed" if point.get("failed") else ""),
             })  # fmt: skip
         if not record["complete"]:
-            lines.append(f"- {method}: search incomplete ({len(record['points'])} points so far).")
+            lines.append(f"- {method}: search incomplete ({len(record['points'])} points so far; resume with "
+                         f"`{_tune_command(profile, [method])}`, trained points are cached).")  # fmt: skip
         elif dict(committed.get(method, {})) == chosen:
             lines.append(f"- {method}: chose {chosen}; the profile uses these values.")
         else:
@@ -1060,9 +1061,21 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
                          "the main table does not use the search's choice.")  # fmt: skip
     untuned = sorted(set(PROFILES.get(profile).tuning) - set(records)) if profile in PROFILES else []
     if untuned:
-        lines.append(f"- not tuned yet (run at the profile's values): {', '.join(untuned)}.")
+        lines.append(f"- not tuned yet (run at the profile's values): {', '.join(untuned)}; search with "
+                     f"`{_tune_command(profile, untuned)}`.")  # fmt: skip
+    machines = sorted({_machine_label(r["machine"]) for r in records.values() if r.get("machine")})
+    if machines:
+        lines.append(f"- searched on (the last invocation to write each record): {'; '.join(machines)}; "
+                     "`train min` depends on the machine.")  # fmt: skip
     table = pd.DataFrame(rows).dropna(axis=1, how="all") if rows else pd.DataFrame()
     return table, lines
+
+
+def _tune_command(profile: str, methods: list[str]) -> str:
+    from .profiles import DEFAULT_PROFILE
+
+    option = "" if profile == DEFAULT_PROFILE else f" --profile {profile}"
+    return f"python run_all.py{option} --tune --methods {','.join(methods)}"
 
 
 STAGE_ORDER = ("training data", "main table", "signal check", "ablations", "further seeds")

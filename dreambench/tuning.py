@@ -28,7 +28,7 @@ from typing import Any
 from .config import RunConfig, apply_overrides, check_ranges, fingerprint, to_jsonable
 from .method import METHODS, checkpoint_state
 from .profiles import Profile
-from .workspace import Workspace, git_info, write_json_atomic
+from .workspace import Workspace, git_info, machine_info, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +160,7 @@ def _write(path: Path, profile: Profile, config: RunConfig, method: str, grid: A
         "complete": complete,
         "config": to_jsonable(config),
         "git": git_info(),
+        "machine": machine_info(),  # of the invocation that wrote the record last ("train min" depends on it)
     }
     write_json_atomic(path, record)
     return record

@@ -50,7 +50,9 @@ def test_tuning_trains_every_grid_point_and_keeps_the_held_out_best(workspace, c
     assert run_all.main([*_args(workspace), "--methods", "bm25", "--no-signal-check"]) == 0
     report = (workspace.reports_dir / "smoke" / "report.md").read_text()
     assert "## Tuning" in report and "the main table does not use the search's choice" in report
-    assert "not tuned yet (run at the profile's values): dream" in report
+    assert ("not tuned yet (run at the profile's values): dream; search with "
+            "`python run_all.py --profile smoke --tune --methods dream`") in report
+    assert "searched on (the last invocation to write each record): " in report
 
 
 def test_a_bad_grid_fails_before_any_training(workspace, capsys):
