@@ -1053,7 +1053,8 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
             })  # fmt: skip
         if not record["complete"]:
             lines.append(f"- {method}: search incomplete ({len(record['points'])} points so far; resume with "
-                         f"`{_tune_command(profile, [method])}`, trained points are cached).")  # fmt: skip
+                         f"`{_tune_command(profile, [method])}`; a point whose checkpoint is in the cache is loaded, "
+                         f"one whose checkpoint is not, e.g. in a fresh clone, is trained again).")  # fmt: skip
         elif dict(committed.get(method, {})) == chosen:
             lines.append(f"- {method}: chose {chosen}; the profile uses these values.")
         else:
