@@ -1052,7 +1052,9 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
                 "chosen": "✔" if final_axis else ("failed" if point.get("failed") else ""),
             })  # fmt: skip
         if not record["complete"]:
-            lines.append(f"- {method}: search incomplete ({len(record['points'])} points so far; resume with "
+            n_points = len(record["points"])
+            lines.append(f"- {method}: search incomplete ({n_points} point{'s' if n_points != 1 else ''} so far; "
+                         f"the main table runs at the profile's values {dict(committed.get(method, {}))}; resume with "
                          f"`{_tune_command(profile, [method])}`; a point whose checkpoint is in the cache is loaded, "
                          f"one whose checkpoint is not, e.g. in a fresh clone, is trained again).")  # fmt: skip
         elif dict(committed.get(method, {})) == chosen:

@@ -67,3 +67,21 @@ def test_a_bad_grid_fails_before_any_training(workspace, capsys):
 def test_every_trained_method_gets_the_same_learning_rate_axis_first(method):
     grids = PROFILES.get("mini").tuning
     assert grids[method][0] == grids["infonce"][0] and grids[method][0][0] == "train.lr"
+
+
+def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(tmp_path):
+    from dreambench.report import tuning_section
+
+    point = {"axis": "train.lr", "value": 3e-4, "overrides": {"train.lr": 3e-4}, "heldout_mrr": 0.42,
+             "heldout_top1": 0.18, "first_loss": 10.3, "final_loss": 5.9, "train_seconds": 60.0}  # fmt: skip
+    folder = tmp_path / "mini" / "tuning"
+    folder.mkdir(parents=True)
+    (folder / "revela.json").write_text(json.dumps({"method": "revela", "complete": False, "points": [point]}))
+    table, lines = tuning_section(tmp_path, "mini")
+    assert len(table) == 1 and table["chosen"].tolist() == [""]
+    committed = dict(PROFILES.get("mini").tuned["revela"])
+    assert lines[0] == (f"- revela: search incomplete (1 point so far; the main table runs at the profile's values "
+                     f"{committed}; resume with `python run_all.py --tune --methods revela`; a point whose "
+                     "checkpoint is in the cache is loaded, one whose checkpoint is not, e.g. in a fresh clone, is "
+                     "trained again).")  # fmt: skip
+    assert lines[1].startswith("- not tuned yet (run at the profile's values): dream, infonce, replug; ")
