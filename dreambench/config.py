@@ -12,12 +12,17 @@ import hashlib
 import json
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomllib
+
+from .registry import UnknownNameError
+
+# raises UnknownNameError for an unknown method name (the method registry's ``get``)
+MethodCheck = Callable[[str], Any]
 
 
 class ConfigError(ValueError):
@@ -165,10 +170,14 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported option type {annotation!r}")
 
 
-def make_dataclass_from(cls: type, values: Mapping[str, Any], where: str, base: Any = None) -> Any:
+def make_dataclass_from(
+    cls: type, values: Mapping[str, Any], where: str, base: Any = None, check_method: MethodCheck | None = None
+) -> Any:
     """Build ``cls`` (a frozen dataclass) from ``base`` (or its defaults) updated with ``values``.
 
-    Unknown keys are errors that name ``where`` and list the known keys.
+    Unknown keys are errors that name ``where`` and list the known keys. ``check_method``: raises
+    :class:`~dreambench.registry.UnknownNameError` for a ``[methods.<name>]`` table of no registered method (the
+    caller passes the method registry's ``get``; this module knows no registry).
     """
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls)}
@@ -190,7 +199,8 @@ def make_dataclass_from(cls: type, values: Mapping[str, Any], where: str, base: 
                 raise ConfigError(f"{where}.methods: expected [methods.<name>] tables, got {value!r}")
             merged = {k: dict(v) for k, v in (base.methods if base is not None else {}).items()}
             for method, params in value.items():
-                _check_method_name(method, f"{where}.methods.{method}")
+                if check_method is not None:
+                    _check_method_name(check_method, method, f"{where}.methods.{method}")
                 merged.setdefault(method, {}).update(params)
             updates[key] = merged
         else:
@@ -217,8 +227,10 @@ def dotted_to_nested(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return nested
 
 
-def apply_overrides(config: RunConfig, overrides: Mapping[str, Any], where: str = "override") -> RunConfig:
-    return make_dataclass_from(RunConfig, dotted_to_nested(overrides), where, base=config)
+def apply_overrides(
+    config: RunConfig, overrides: Mapping[str, Any], where: str = "override", check_method: MethodCheck | None = None
+) -> RunConfig:
+    return make_dataclass_from(RunConfig, dotted_to_nested(overrides), where, base=config, check_method=check_method)
 
 
 def parse_cli_overrides(pairs: list[str]) -> dict[str, str]:
@@ -232,7 +244,7 @@ def parse_cli_overrides(pairs: list[str]) -> dict[str, str]:
     return result
 
 
-def load_config_file(path: str | Path, base: RunConfig) -> RunConfig:
+def load_config_file(path: str | Path, base: RunConfig, check_method: MethodCheck | None = None) -> RunConfig:
     """Apply a TOML file ([model], [data], [train], [eval], [methods.<name>] tables) on top of ``base``."""
     path = Path(path)
     try:
@@ -242,7 +254,7 @@ def load_config_file(path: str | Path, base: RunConfig) -> RunConfig:
         raise ConfigError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
-    return make_dataclass_from(RunConfig, values, str(path), base=base)
+    return make_dataclass_from(RunConfig, values, str(path), base=base, check_method=check_method)
 
 
 def method_params(params_cls: type, config: RunConfig, method: str) -> Any:
@@ -271,12 +283,9 @@ CHOICES = {  # options that take one of a few names
 }
 
 
-def _check_method_name(name: str, where: str) -> None:
-    from .method import METHODS  # the registry imports the adapters, which import this module
-    from .registry import UnknownNameError
-
+def _check_method_name(check_method: MethodCheck, name: str, where: str) -> None:
     try:
-        METHODS.get(name)
+        check_method(name)
     except UnknownNameError as exc:
         raise ConfigError(f"{where}: {exc.args[0]}") from None
 

@@ -12,10 +12,9 @@ Adding a method = one file in ``methods/`` with a class decorated by :func:`regi
 from __future__ import annotations
 
 import abc
-import importlib
 import json
 import logging
-import pkgutil
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,25 +24,44 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import distributed
 from .config import RunConfig, dependencies_of, fingerprint, method_params, to_jsonable
+from .data.loader import TrainingLoader
+from .data.training import load_training_data
+from .evaluation.geometry import alignment_uniformity
+from .evaluation.heldout import candidate_ranking
 from .evaluation.metrics import Run
-from .registry import Registry
+from .evaluation.search import dense_search
+from .models.backbones import autocast_dtype, default_device, store_frozen_linears
+from .models.retriever import DenseRetriever
+from .registry import Registry, discover_plugins, import_folder
+from .training.trainer import Trainer, load_trainable_state, seed_everything, trainable_state
 from .workspace import Workspace, atomic_path, write_json_atomic
 
 if TYPE_CHECKING:
     import torch
 
-    from .models.retriever import DenseRetriever
-    from .tasks import RetrievalData
+    from .data.beir import RetrievalData
 
 log = logging.getLogger(__name__)
 
 
-def _discover_methods() -> None:
-    import methods
+# where adapters are found: the package of the ones that ship with the suite (by name: the harness depends on no
+# adapter), folders named in this variable (os.pathsep-separated) or by ``run_all.py --methods-path``, and
+# installed packages that declare an entry point in this group
+BUILTIN_METHODS = "methods"
+METHODS_PATH_ENV = "DREAMBENCH_METHODS_PATH"
+ENTRY_POINT_GROUP = "dreambench.methods"
 
-    for info in pkgutil.iter_modules(methods.__path__):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"methods.{info.name}")
+
+def _discover_methods() -> None:
+    discover_plugins(BUILTIN_METHODS, os.environ.get(METHODS_PATH_ENV, ""), ENTRY_POINT_GROUP)
+
+
+def add_method_path(folder: Path) -> None:
+    """Make the adapters in ``folder`` available (``run_all.py --methods-path``), now and to the processes
+    this one starts."""
+    os.environ[METHODS_PATH_ENV] = os.pathsep.join(p for p in (str(folder), os.environ.get(METHODS_PATH_ENV)) if p)
+    METHODS.names()  # discovery reads the path on first use; a registry already loaded imports the folder now
+    import_folder(folder)
 
 
 METHODS: Registry[type[Method]] = Registry("method", loader=_discover_methods)
@@ -77,6 +95,17 @@ class Method(abc.ABC):
     description: ClassVar[str] = ""
     Params: ClassVar[type] = NoParams
     trainable: ClassVar[bool] = False
+    # ---- how the benchmark uses the method (declared here, in the adapter, and nowhere else) ------------
+    # whether every profile's main table runs it; a method outside the main table runs when named explicitly
+    # (``--methods``) or as an experiment of a study
+    main_table: ClassVar[bool] = False
+    # the main table runs its methods in this order (the cheapest first, so the report fills in early)
+    run_order: ClassVar[int] = 50
+    # and shows its rows in this order (DREAM Table 1's: lexical and untrained references, baselines, DREAM)
+    row_order: ClassVar[int] = 5
+    # a trained method's own tuning axes, searched after the profile's learning-rate axis (``--tune``):
+    # ((dotted key, candidate values), ...), the first value of each being the method's default
+    tuning_knobs: ClassVar[tuple[tuple[str, tuple[Any, ...]], ...]] = ()
 
     def __init__(self, config: RunConfig, workspace: Workspace, experiment: str = "default"):
         self.config = config
@@ -155,8 +184,6 @@ class DenseMethod(Method):
 
     def load_retriever(self, lora: bool) -> DenseRetriever:
         """The profile's backbone as a retriever on the default device (with fresh LoRA adapters to train)."""
-        from .models.backbones import autocast_dtype, default_device, store_frozen_linears
-        from .models.retriever import DenseRetriever
 
         device = default_device()
         retriever = DenseRetriever.from_config(self.config.model, self.workspace, lora=lora).to(device)
@@ -174,7 +201,6 @@ class DenseMethod(Method):
         return self.retriever.encode([passage_text(d) for d in docs], kind="passage")
 
     def retrieve(self, data: RetrievalData, depth: int) -> Run:
-        from .evaluation.search import dense_search
 
         qids, dids = list(data.queries), list(data.corpus)
         with self.timed("encode_queries_s"):
@@ -187,7 +213,6 @@ class DenseMethod(Method):
             return dense_search(q, d, qids, dids, depth, backend=self.config.eval.search_backend)
 
     def geometry(self, data: RetrievalData) -> dict[str, float] | None:
-        from .evaluation.geometry import alignment_uniformity
 
         name, qids, q, dids, d = getattr(self, "_last_embeddings", (None,) * 5)
         if name != data.name:
@@ -230,10 +255,6 @@ class TrainedDenseMethod(DenseMethod):
     def prepare(self) -> None:
         import torch
 
-        from .data.loader import TrainingLoader
-        from .data.training import load_training_data
-        from .evaluation.heldout import candidate_ranking
-        from .training.trainer import Trainer, load_trainable_state, seed_everything, trainable_state
 
         out_dir = self.checkpoint_dir()
         final = out_dir / "final.pt"
@@ -275,7 +296,6 @@ class TrainedDenseMethod(DenseMethod):
         self.retriever.eval()
 
     def _summarise(self, out_dir: Path, data: Any, before: dict[str, float]) -> dict[str, Any]:
-        from .evaluation.heldout import candidate_ranking
 
         records = [
             json.loads(line) for line in (out_dir / "train_log.jsonl").read_text().splitlines() if line

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .config import DataConfig, EvalConfig, ModelConfig, RunConfig, TrainConfig, apply_overrides
+from .method import METHODS, DenseMethod
 from .registry import Registry
+from .study import STUDIES
 
 
 @dataclass(frozen=True)
@@ -57,83 +59,48 @@ class Profile:
         return [e for e in self.experiments if e.method == method]
 
 
-PROFILES: Registry[Profile] = Registry("profile")
-
-# the order the main table runs in: the cheapest first, DREAM (the suite's subject) before Revela, whose step
-# costs ~4.7 InfoNCE steps on CPU (reports/performance.md), so the report shows DREAM's row that much sooner
-MAIN_METHODS = ("bm25", "untrained", "infonce", "replug", "dream", "revela")
-
-
-def _main_experiments(tuned: Mapping[str, Mapping[str, Any]]) -> tuple[Experiment, ...]:
-    return tuple(Experiment(method, overrides=dict(tuned.get(method, {}))) for method in MAIN_METHODS)
-
-
+# the profile's learning-rate axis, the same for every trained method; each method's own axes follow it
 LR_AXIS = ("train.lr", (3e-4, 1e-3, 3e-3))
 PAPER_BACKBONES = ("qwen2.5-0.5b", "llama-3.2-1b", "llama-3.2-3b")  # DREAM Table 1's retrievers
 
 
+def main_experiments(tuned: Mapping[str, Mapping[str, Any]]) -> tuple[Experiment, ...]:
+    """Every method whose adapter declares ``main_table``, in its declared run order, at the tuned values."""
+    ranked = sorted((cls.run_order, name) for name, cls in METHODS.items() if cls.main_table)
+    return tuple(Experiment(name, overrides=dict(tuned.get(name, {}))) for _, name in ranked)
+
+
+def tuning_grids(lr_axis: tuple[str, tuple[Any, ...]]) -> dict[str, Grid]:
+    """The same procedure and the same learning-rate axis for every trained main-table method, then the axes its
+    adapter declares (``tuning_knobs``); in the report's row order."""
+    ranked = sorted(
+        (cls.row_order, name) for name, cls in METHODS.items() if cls.main_table and cls.trainable
+    )
+    return {name: (lr_axis, *METHODS.get(name).tuning_knobs) for _, name in ranked}
+
+
 def _paper_backbones() -> tuple[Experiment, ...]:
-    """Table 1's other two retriever backbones for every dense method (the profile's own is the default)."""
+    """Table 1's other two retriever backbones for every dense main-table method (the profile's own is the
+    default)."""
+    dense = [e.method for e in main_experiments({}) if issubclass(METHODS.get(e.method), DenseMethod)]
     return tuple(
         Experiment(method, backbone, {"model.backbone": backbone}, "main", f"retriever backbone {backbone}")
         for backbone in PAPER_BACKBONES[1:]
-        for method in MAIN_METHODS
-        if method != "bm25"
+        for method in dense
     )
 
 
-def _grids(lr_axis: tuple[str, tuple[Any, ...]]) -> dict[str, Grid]:
-    """The same procedure and the same learning-rate axis for every trained method, then its own knobs."""
-    return {
-        "infonce": (lr_axis, ("methods.infonce.temperature", (0.05, 0.02, 0.1))),
-        "replug": (lr_axis, ("methods.replug.tau", (1e-3, 1e-2, 5e-2)), ("methods.replug.eta", (1e-3, 1e-1, 1.0))),
-        "revela": (lr_axis,),
-        "dream": (lr_axis, ("methods.dream.tau_init", (0.05, 0.02, 0.1)), ("methods.dream.gate_init", (0.0, 2.0))),
-    }  # fmt: skip
+def study_experiments(
+    config: RunConfig, tuned: Mapping[str, Mapping[str, Any]], studies: Mapping[str, Mapping[str, Any]]
+) -> tuple[Experiment, ...]:
+    """The experiments each named study adds to a profile (``studies``: study name → its options)."""
+    return tuple(
+        e for name, opts in studies.items() for e in STUDIES.get(name).experiments(config, tuned, **opts)
+    )
 
 
-def _dream_ablations(
-    default_heads: int, default_k: int, datasets: tuple[str, ...], tuned: Mapping[str, Any] = {},
-    head_selection_seeds: tuple[int, ...] = (),
-) -> tuple[Experiment, ...]:  # fmt: skip
-    """DREAM §5–6: head count (Fig. 3), random heads (Fig. 2), candidate count (Fig. 6), judge LoRA (Fig. 5).
-
-    Each is a named delta of the profile's config; the default configuration is the reference row of every
-    ablation table, at the seeds the ablation ran (an experiment whose delta changes nothing reuses the
-    default's trained weights). ``head_selection_seeds``: the training seeds of the Fig. 2 ablation (random
-    heads), the others run one.
-    """
-    only = {"eval.datasets": datasets} if datasets else {}
-    experiments = [
-        Experiment("dream", f"heads-top{n}", {**only, "methods.dream.num_heads": n}, "ablation-head-count",
-                   f"top {n} QRHead heads")
-        for n in (1, 4, 8, 16, 32, 64) if n != default_heads
-    ]  # fmt: skip
-    experiments += [
-        Experiment("dream", "heads-random", {**only, "methods.dream.head_selection": "random"},
-                   "ablation-head-selection", f"{default_heads} heads drawn at random", head_selection_seeds),
-        Experiment("dream", "heads-random-middle", {**only, "methods.dream.head_selection": "random-middle"},
-                   "ablation-head-selection", f"{default_heads} heads drawn at random from the middle layers",
-                   head_selection_seeds),
-    ]  # fmt: skip
-    experiments += [
-        Experiment("dream", f"candidates-{k}", {**only, "data.num_candidates": k}, "ablation-candidates",
-                   f"K = {k} candidates per instance")
-        for k in (4, 8, 16) if k != default_k
-    ]  # fmt: skip
-    experiments.append(
-        Experiment("dream", "inject-suffix", {**only, "methods.dream.injected_rows": "suffix"}, "variant-injected-rows",
-                   "variant, not the paper: scores injected into the query and target rows (signal check: far "
-                   "stronger signal than query rows only)")
-    )  # fmt: skip
-    experiments.append(
-        Experiment("dream", "judge-lora", {**only, "methods.dream.judge_lora": True}, "ablation-judge",
-                   "LoRA adapters on the judge are trained too")
-    )  # fmt: skip
-    return tuple(replace(e, overrides={**tuned, **e.overrides}) for e in experiments)
-
-
-SMOKE = Profile(
+def _smoke() -> Profile:
+    return Profile(
     name="smoke",
     description="tiny random Llama from a config, generated corpus: seconds (tests)",
     config=RunConfig(
@@ -150,12 +117,14 @@ SMOKE = Profile(
         eval=EvalConfig(datasets=("wiki-desc2lead",), search_backend="torch"),
         methods={"dream": {"num_heads": 4, "probe_batch_size": 4}},
     ),
-    experiments=_main_experiments({}),
+    experiments=main_experiments({}),
+    # smaller grids than the default procedure's: seconds, for the tuning tests
     tuning={
         "infonce": (("train.lr", (1e-3, 3e-3)), ("methods.infonce.temperature", (0.05, 0.1))),
         "dream": (("train.lr", (1e-3, 3e-3)),),
     },
 )  # fmt: skip
+
 
 # chosen by `python run_all.py --tune` (reports/mini/report.md, "Tuning"); a method not listed here has not
 # been tuned yet and runs at the profile's values
@@ -169,105 +138,131 @@ MINI_TUNED: dict[str, dict[str, Any]] = {
     "revela": {"train.lr": 3e-4},
 }
 
-MINI = Profile(
-    name="mini",
-    description="offline CPU default: SmolLM2-135M-Instruct backbone and judge, Wikipedia leads, nano corpora",
-    config=RunConfig(
-        profile="mini",
-        # 100 steps × 4 instances is 1/120 of the paper's sample budget: at the paper's lr (1e-4) DREAM does
-        # not improve the held-out ranking in that budget; at 1e-3 DREAM and InfoNCE do (README, "Budgets").
-        train=TrainConfig(lr=1e-3),
-        # the generator is not the judge (the paper generates with Qwen3-14B, judges with Llama-3.1-8B):
-        # otherwise the judge's query-focused heads would read their own phrasing, which could favour DREAM
-        data=DataConfig(query_generator="gemma3-270m"),
-        eval=EvalConfig(
-            datasets=(
-                "wiki-desc2lead",
-                "nano-scifact",
-                "nano-arguana",
-                "nano-nfcorpus",
-                "nano-financebench",
-                "nano-humaneval",
-                "nano-mbpp",
-            ),
+MINI_CONFIG = RunConfig(
+    profile="mini",
+    # 100 steps × 4 instances is 1/120 of the paper's sample budget: at the paper's lr (1e-4) DREAM does
+    # not improve the held-out ranking in that budget; at 1e-3 DREAM and InfoNCE do (README, "Budgets").
+    train=TrainConfig(lr=1e-3),
+    # the generator is not the judge (the paper generates with Qwen3-14B, judges with Llama-3.1-8B):
+    # otherwise the judge's query-focused heads would read their own phrasing, which could favour DREAM
+    data=DataConfig(query_generator="gemma3-270m"),
+    eval=EvalConfig(
+        datasets=(
+            "wiki-desc2lead",
+            "nano-scifact",
+            "nano-arguana",
+            "nano-nfcorpus",
+            "nano-financebench",
+            "nano-humaneval",
+            "nano-mbpp",
         ),
-    ),  # fmt: skip
-    # the Fig. 2 ablation (selected vs random heads: the mechanism the paper's method rests on) runs the main
-    # table's three seeds, since DREAM's runs at this budget either learn or barely move depending on the seed
-    # (README, "Budgets"); the other ablations one seed each, to fit the budget
-    experiments=_main_experiments(MINI_TUNED)
-    + _dream_ablations(16, 8, ("wiki-desc2lead", "nano-scifact", "nano-arguana"), MINI_TUNED.get("dream", {}),
-                       head_selection_seeds=(0, 1, 2)),  # fmt: skip
-    tuning=_grids(LR_AXIS),
-    tuned=MINI_TUNED,
-    seeds=(0, 1, 2),
-)
+    ),
+)  # fmt: skip
 
-PAPER = Profile(
-    name="paper",
-    description="DREAM paper settings (Llama-3.1-8B-Instruct judge, K=16, 1500 steps × 32): GPU + internet",
-    config=RunConfig(
-        profile="paper",
-        model=ModelConfig(backbone="qwen2.5-0.5b", max_passage_tokens=512, encode_batch_size=128),
-        data=DataConfig(
-            source="tevatron-wiki-nq",
-            num_train=48_000,
-            num_heldout=1000,
-            num_probe=5000,
-            num_candidates=16,
-            chunk_max_words=100,
-            query_generator="Qwen/Qwen3-14B",
-            query_batch_size=64,  # GPU throughput; not batch-invariant (recorded in the data manifest)
-            query_precision="auto",
-        ),
-        train=TrainConfig(
-            steps=1500, batch_size=1, grad_accum=32, lr=1e-4, warmup_steps=50, checkpoint_every=100
-        ),
-        eval=EvalConfig(
-            datasets=(
-                "arguana",
-                "nfcorpus",
-                "fiqa",
-                "scifact",
-                "scidocs",
-                "quora",
-                "trec-covid",
-                "webis-touche2020",
-                "cqadupstack",
-                "aila-casedocs",
-                "aila-statutes",
-                "legalsummarization",
-                "financebench",
-                "hc3finance",
-                "finqa",
-                "apps",
-                "ds1000",
-                "humaneval",
-                "mbpp",
-                "wikisql",
-                "freshstack",
-                "chatdoctor",
-                "curev1",
-            )
-        ),
-        # one frozen judge for DREAM and REPLUG; Revela co-trains the same model as its LM
-        methods={
-            # no prefix store: Llama-3.1-8B keeps 128 KiB of keys and values per token, ~290 MB per instance at
-            # K = 16 (48,000 instances: ~14 TB); by estimate, not measured, reading one at 2 GB/s (~0.15 s) is no
-            # faster than recomputing it on an H100 (~35 TFLOP, under 0.1 s)
-            "dream": {"judge": "llama-3.1-8b-instruct", "prefix_store_gb": 0},
-            "replug": {"judge": "llama-3.1-8b-instruct"},
-            "revela": {"lm": "llama-3.1-8b-instruct"},
-        },
-    ),  # fmt: skip
-    experiments=_main_experiments({}) + _paper_backbones() + _dream_ablations(16, 16, ()),
-    tuning=_grids(("train.lr", (3e-5, 1e-4, 3e-4))),
-    seeds=(0, 1, 2),
-)
 
-for _profile in (SMOKE, MINI, PAPER):
-    PROFILES.add(_profile.name, _profile)
+def _mini() -> Profile:
+    return Profile(
+        name="mini",
+        description="offline CPU default: SmolLM2-135M-Instruct backbone and judge, Wikipedia leads, nano corpora",
+        config=MINI_CONFIG,
+        # the Fig. 2 ablation (selected vs random heads: the mechanism the paper's method rests on) runs the main
+        # table's three seeds, since DREAM's runs at this budget either learn or barely move depending on the seed
+        # (README, "Budgets"); the other ablations one seed each, to fit the budget
+        experiments=main_experiments(MINI_TUNED)
+        + study_experiments(
+            MINI_CONFIG,
+            MINI_TUNED,
+            {
+                "dream": {
+                    "datasets": ("wiki-desc2lead", "nano-scifact", "nano-arguana"),
+                    "head_selection_seeds": (0, 1, 2),
+                }
+            },
+        ),
+        tuning=tuning_grids(LR_AXIS),
+        tuned=MINI_TUNED,
+        seeds=(0, 1, 2),
+    )
 
+
+PAPER_CONFIG = RunConfig(
+    profile="paper",
+    model=ModelConfig(backbone="qwen2.5-0.5b", max_passage_tokens=512, encode_batch_size=128),
+    data=DataConfig(
+        source="tevatron-wiki-nq",
+        num_train=48_000,
+        num_heldout=1000,
+        num_probe=5000,
+        num_candidates=16,
+        chunk_max_words=100,
+        query_generator="Qwen/Qwen3-14B",
+        query_batch_size=64,  # GPU throughput; not batch-invariant (recorded in the data manifest)
+        query_precision="auto",
+    ),
+    train=TrainConfig(
+        steps=1500, batch_size=1, grad_accum=32, lr=1e-4, warmup_steps=50, checkpoint_every=100
+    ),
+    eval=EvalConfig(
+        datasets=(
+            "arguana",
+            "nfcorpus",
+            "fiqa",
+            "scifact",
+            "scidocs",
+            "quora",
+            "trec-covid",
+            "webis-touche2020",
+            "cqadupstack",
+            "aila-casedocs",
+            "aila-statutes",
+            "legalsummarization",
+            "financebench",
+            "hc3finance",
+            "finqa",
+            "apps",
+            "ds1000",
+            "humaneval",
+            "mbpp",
+            "wikisql",
+            "freshstack",
+            "chatdoctor",
+            "curev1",
+        )
+    ),
+    # one frozen judge for DREAM and REPLUG; Revela co-trains the same model as its LM
+    methods={
+        # no prefix store: Llama-3.1-8B keeps 128 KiB of keys and values per token, ~290 MB per instance at
+        # K = 16 (48,000 instances: ~14 TB); by estimate, not measured, reading one at 2 GB/s (~0.15 s) is no
+        # faster than recomputing it on an H100 (~35 TFLOP, under 0.1 s)
+        "dream": {"judge": "llama-3.1-8b-instruct", "prefix_store_gb": 0},
+        "replug": {"judge": "llama-3.1-8b-instruct"},
+        "revela": {"lm": "llama-3.1-8b-instruct"},
+    },
+)  # fmt: skip
+
+
+def _paper() -> Profile:
+    return Profile(
+        name="paper",
+        description="DREAM paper settings (Llama-3.1-8B-Instruct judge, K=16, 1500 steps × 32): GPU + internet",
+        config=PAPER_CONFIG,
+        experiments=main_experiments({})
+        + _paper_backbones()
+        + study_experiments(PAPER_CONFIG, {}, {"dream": {}}),
+        tuning=tuning_grids(("train.lr", (3e-5, 1e-4, 3e-4))),
+        seeds=(0, 1, 2),
+    )
+
+
+def _build_profiles() -> None:
+    """Fills :data:`PROFILES` on first use: a profile's experiments come from the method and study registries,
+    which import the adapters, so nothing is built when this module is imported."""
+    for build in (_smoke, _mini, _paper):
+        profile = build()
+        PROFILES.add(profile.name, profile)
+
+
+PROFILES: Registry[Profile] = Registry("profile", loader=_build_profiles)
 DEFAULT_PROFILE = "mini"
 
 

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import pkgutil
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -65,3 +73,40 @@ class Registry(Generic[T]):
     def items(self) -> Iterator[tuple[str, T]]:
         self._ensure_loaded()
         return iter(sorted(self._items.items()))
+
+
+def discover_plugins(package: str, folders: str = "", entry_point_group: str | None = None) -> None:
+    """Import what registers into a registry: every public module of ``package`` (imported by name, so the
+    package that defines the registry depends on none of them), every ``*.py`` of the ``os.pathsep``-separated
+    ``folders``, and every entry point of ``entry_point_group`` of the installed distributions."""
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{package}.{info.name}")
+    for folder in folders.split(os.pathsep):
+        if folder.strip():
+            import_folder(Path(folder))
+    if entry_point_group:
+        for entry_point in importlib.metadata.entry_points(group=entry_point_group):
+            entry_point.load()
+
+
+def import_folder(folder: Path) -> None:
+    """Import every ``*.py`` file of ``folder`` (not ``_*``) once, each as its own module; a file that fails to
+    import is an error naming it."""
+    if not folder.is_dir():
+        raise ValueError(f"plugin folder {folder}: not a folder")
+    for path in sorted(folder.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+        module_name = f"dreambench_plugins.{path.stem}_{digest}"  # unique per file
+        if module_name in sys.modules:
+            continue
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[module_name]
+            raise ValueError(f"plugin {path}: {type(exc).__name__}: {exc}") from exc

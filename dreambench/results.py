@@ -156,3 +156,9 @@ def iter_results(results_dir: Path, profile: str | None = None) -> Iterator[dict
         payload = load_result(path)
         if payload is not None:
             yield payload
+
+
+def load_tuning(results_dir: Path, profile: str) -> dict[str, dict[str, Any]]:
+    """The tuning records of ``profile`` (``run_all.py --tune``), by method."""
+    folder = results_dir / profile / "tuning"
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}

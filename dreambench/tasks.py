@@ -4,7 +4,7 @@ A task is found in ``<data-dir>/<name>/`` (``corpus.jsonl``, ``queries.jsonl``, 
 through the ``beir`` package's loader. When it is missing: online, BEIR tasks are downloaded by name and
 RTEB/MTEB tasks are exported from ``mteb`` into the same layout; offline, the task is skipped with one line
 saying where it was looked for. Built tasks (the Wikipedia description→lead set) are written by the suite.
-``nano-*`` tasks ship inside the package (``dreambench/datasets/``, made by ``dreambench.data.nano``): query
+``nano-*`` tasks ship inside the package (``dreambench/datasets/``, made by ``python -m dreambench.cli.nano``): query
 samples of the full collections with BM25 hard distractors, as NanoBEIR builds them; reports label them.
 Any other folder ``<data-dir>/<name>/`` in BEIR layout is a task by its folder name (suite ``user``).
 """
@@ -14,12 +14,15 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, fingerprint
+from .data.beir import DatasetFormatError, RetrievalData, read_beir_folder
+from .data.desc2lead import build_desc2lead
+from .data.nano import RECIPES, SHIPPED_DIR, shipped_facts
 from .registry import Registry, UnknownNameError
 from .workspace import Workspace, atomic_dir, internet_available
 
@@ -28,8 +31,6 @@ log = logging.getLogger(__name__)
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
 
 
-class DatasetFormatError(ValueError):
-    """A malformed dataset file; the message names the file and line."""
 
 
 class DatasetUnavailable(RuntimeError):
@@ -57,20 +58,10 @@ class TaskSpec:
         return self.shipped and self.base is not None
 
 
-@dataclass
-class RetrievalData:
-    name: str
-    corpus: dict[str, dict[str, str]]  # doc id → {"title", "text"}
-    queries: dict[str, str]  # judged queries only
-    qrels: dict[str, dict[str, int]]
-    source: str  # where it was read from
-    subsample: dict[str, Any] | None = None  # nano sets: how they were sampled (from the shipped manifest)
-    parts: list[RetrievalData] = field(default_factory=list)  # CQADupStack forums
-
 
 TASKS: Registry[TaskSpec] = Registry("dataset")
 # name → function(workspace, run_config) → folder holding the BEIR files of a built dataset
-BUILDERS: dict[str, Callable[[Workspace, RunConfig], Path]] = {}
+BUILDERS: dict[str, Callable[[Workspace, RunConfig], Path]] = {"wiki-desc2lead": build_desc2lead}
 
 
 def _add(spec: TaskSpec) -> None:
@@ -125,8 +116,6 @@ _add(
 
 
 def _add_shipped() -> None:
-    from .data.nano import RECIPES, shipped_facts
-
     for name, recipe in RECIPES.items():
         base, facts = TASKS.get(recipe.base), shipped_facts(name)
         how = f"{facts['queries']} queries, {facts['docs']} docs"
@@ -173,121 +162,14 @@ def task_spec(name: str, data_dir: Path | None = None) -> TaskSpec:
 # validation: locate the first malformed line of a BEIR file
 
 
-def _utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of a file; a line that is not UTF-8 is an error naming the file, line and column."""
-    with path.open("rb") as handle:
-        for lineno, raw in enumerate(handle, 1):
-            try:
-                yield lineno, raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DatasetFormatError(
-                    f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
-                ) from None
 
 
-def _check_jsonl(path: Path, required: tuple[str, ...], kind: str) -> list[str]:
-    """Validate a corpus or queries file line by line; return the ids of documents with no title and no text.
-
-    Errors name the file and line: bytes that are not UTF-8, invalid JSON, a missing or empty field, an id
-    seen before (with the line it was first seen on), an empty query.
-    """
-    seen: dict[str, int] = {}
-    empty: list[str] = []
-    for lineno, line in _utf8_lines(path):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DatasetFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise DatasetFormatError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-        for key in required:
-            if key not in obj:
-                raise DatasetFormatError(f"{path}:{lineno}: missing field {key!r}")
-            if not isinstance(obj[key], (str, int)) or (key == "_id" and str(obj[key]) == ""):
-                raise DatasetFormatError(f"{path}:{lineno}: field {key!r} must be a non-empty string")
-        key = str(obj["_id"])
-        if key in seen:
-            raise DatasetFormatError(f"{path}:{lineno}: duplicate id {key!r} (first on line {seen[key]})")
-        seen[key] = lineno
-        text = str(obj.get("text") or "").strip()
-        if kind == "queries" and not text:
-            raise DatasetFormatError(f"{path}:{lineno}: query {key!r} has an empty text")
-        if kind == "corpus" and not text and not str(obj.get("title") or "").strip():
-            empty.append(key)
-    return empty
 
 
-def validate_beir_folder(folder: Path, split: str, name: str) -> None:
-    """Every check of a BEIR folder that reading it needs, before any work: one error naming file and line."""
-    corpus_file, query_file = folder / "corpus.jsonl", folder / "queries.jsonl"
-    qrels_file = folder / "qrels" / f"{split}.tsv"
-    for path in (corpus_file, query_file, qrels_file):
-        if not path.is_file():
-            raise DatasetFormatError(f"{name}: {path} is missing (expected BEIR layout in {folder})")
-    empty = _check_jsonl(corpus_file, ("_id", "text"), "corpus")
-    if empty:  # real collections have a few (TREC-COVID): harmless, they are ranked like any other
-        log.warning(
-            "%s: %d documents have neither title nor text, e.g. %s", corpus_file, len(empty), empty[:3]
-        )
-    _check_jsonl(query_file, ("_id", "text"), "queries")
-    _check_qrels(qrels_file)
 
 
-def _check_qrels(path: Path) -> None:
-    lineno = 0
-    for lineno, line in _utf8_lines(path):
-        if lineno == 1 or not line.strip():
-            continue  # the header (beir's loader skips it)
-        row = next(csv.reader([line.rstrip("\r\n")], delimiter="\t", quoting=csv.QUOTE_MINIMAL))
-        if len(row) < 3:
-            raise DatasetFormatError(f"{path}:{lineno}: expected 3 tab-separated columns, got {len(row)}")
-        try:
-            int(row[2])
-        except ValueError:
-            raise DatasetFormatError(f"{path}:{lineno}: relevance {row[2]!r} is not an integer") from None
-    if lineno == 0:
-        raise DatasetFormatError(f"{path}:1: empty qrels file (expected a header query-id, corpus-id, score)")
 
 
-def read_beir_folder(folder: Path, split: str, name: str) -> RetrievalData:
-    """Read one BEIR folder through beir's loader; malformed input fails naming the file and line."""
-    from beir.datasets.data_loader import GenericDataLoader
-
-    validate_beir_folder(folder, split, name)
-    corpus_file, query_file = folder / "corpus.jsonl", folder / "queries.jsonl"
-    qrels_file = folder / "qrels" / f"{split}.tsv"
-    loader = GenericDataLoader(data_folder=str(folder))
-    try:
-        corpus, queries, qrels = loader.load(split=split)
-    except KeyError as exc:
-        raise DatasetFormatError(
-            f"{qrels_file}: query id {exc.args[0]!r} has judgements but no entry in {query_file}"
-        ) from None
-    corpus = {
-        str(did): {"title": str(doc.get("title") or ""), "text": str(doc["text"])}
-        for did, doc in corpus.items()
-    }
-    queries = {str(qid): str(text) for qid, text in queries.items()}
-    qrels = {str(qid): {str(did): int(rel) for did, rel in docs.items()} for qid, docs in qrels.items()}
-    unknown_docs = {did for docs in qrels.values() for did in docs if did not in corpus}
-    if unknown_docs:
-        log.warning(
-            "%s: %d judged document ids are absent from %s (they count as unretrievable), e.g. %s",
-            name, len(unknown_docs), corpus_file, sorted(unknown_docs)[:3],
-        )  # fmt: skip
-    if not qrels:
-        raise DatasetFormatError(f"{qrels_file}: no judgements")
-    orphans = sorted(q for q, docs in qrels.items() if not any(d in corpus for d in docs))
-    if len(orphans) == len(qrels):
-        raise DatasetFormatError(f"{qrels_file}: no judged document of any query is in {corpus_file}")
-    if orphans:  # BEIR's ArguAna has one; Anserini's regressions count it as 0, and so does this suite
-        log.warning(
-            "%s: %d judged queries have none of their judged documents in the corpus (they score 0 for every "
-            "method), e.g. %s", name, len(orphans), orphans[:3],
-        )  # fmt: skip
-    return RetrievalData(name=name, corpus=corpus, queries=queries, qrels=qrels, source=str(folder))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -342,8 +224,6 @@ def _download_mteb(spec: TaskSpec, data_dir: Path) -> Path:
 
 def locate(spec: TaskSpec, workspace: Workspace) -> Path | None:
     if spec.shipped:
-        from .data.nano import SHIPPED_DIR
-
         return SHIPPED_DIR / spec.name
     folder = workspace.data_dir / spec.name
     return folder if (folder / "corpus.jsonl").is_file() else None
@@ -355,16 +235,10 @@ def load_task(name: str, workspace: Workspace, config: RunConfig | None = None) 
     config = config or RunConfig()
     split = config.eval.split if config.eval.split else spec.split
     if spec.shipped:
-        from .data.nano import SHIPPED_DIR, shipped_facts
-
         data = read_beir_folder(SHIPPED_DIR / spec.name, "test", spec.name)
         data.subsample = shipped_facts(spec.name)
         return data
     if spec.builder is not None:
-        if spec.builder not in BUILDERS:
-            import importlib
-
-            importlib.import_module("dreambench.data.training")  # registers the Wikipedia builder
         folder = BUILDERS[spec.builder](workspace, config)
         return read_beir_folder(folder, "test", spec.name)
     if spec.forums:

@@ -18,7 +18,6 @@ are the search's choice.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,9 @@ from typing import Any
 from .config import RunConfig, apply_overrides, check_ranges, fingerprint, to_jsonable
 from .method import METHODS, checkpoint_state
 from .profiles import Profile
+from .results import load_tuning
+from .runner import held_lock
+from .training.trainer import TrainingDiverged
 from .workspace import Workspace, git_info, machine_info, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,7 @@ log = logging.getLogger(__name__)
 SELECTION_METRIC = "mrr"  # held-out MRR of the target among the K candidates
 
 
-def tuning_path(results_dir: Path, profile: str, method: str) -> Path:
+def tuning_path(results_dir: Path, profile: str, method: str) -> Path:  # read back by results.load_tuning
     return results_dir / profile / "tuning" / f"{method}.json"
 
 
@@ -60,8 +62,6 @@ def check_grid(profile: Profile, config: RunConfig, methods: Sequence[str], work
 
 
 def _train_and_score(method: str, config: RunConfig, workspace: Workspace) -> dict[str, Any]:
-    from .runner import held_lock
-    from .training.trainer import TrainingDiverged
 
     instance = METHODS.get(method)(config, workspace, "tune")
     folder = instance.checkpoint_dir()
@@ -164,8 +164,3 @@ def _write(path: Path, profile: Profile, config: RunConfig, method: str, grid: A
     }
     write_json_atomic(path, record)
     return record
-
-
-def load_tuning(results_dir: Path, profile: str) -> dict[str, dict[str, Any]]:
-    folder = results_dir / profile / "tuning"
-    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}

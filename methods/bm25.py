@@ -14,10 +14,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from dreambench.data.beir import RetrievalData
 from dreambench.data.text import english_stemmer
 from dreambench.evaluation.metrics import Run
+from dreambench.lucene import index_collection, lucene_searcher_class
 from dreambench.method import LexicalMethod, register_method
-from dreambench.tasks import RetrievalData
 from dreambench.workspace import atomic_dir
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,9 @@ def flat_contents(doc: dict[str, str]) -> str:
 class BM25(LexicalMethod):
     description = "Lucene BM25 (pyserini), flat title+text, k1=0.9 b=0.4"
     Params = BM25Params
+    main_table = True
+    run_order = 0
+    row_order = 0
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -70,7 +74,6 @@ class BM25(LexicalMethod):
             self._index_bm25s(data, self.workspace.cache("indexes", "bm25s") / key)
 
     def _index_lucene(self, data: RetrievalData, index_dir: Path) -> None:
-        from dreambench.lucene import index_collection, lucene_searcher_class
 
         searcher_cls = lucene_searcher_class()
         if not index_dir.is_dir():  # written atomically: present means complete

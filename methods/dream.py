@@ -21,6 +21,10 @@ from dreambench.attention import InjectionPlan
 from dreambench.config import NOT_A_DEPENDENCY
 from dreambench.data.loader import CandidateBatch
 from dreambench.method import TrainedDenseMethod, register_method
+from dreambench.models.backbones import BACKBONES, autocast_dtype, store_frozen_linears
+from dreambench.models.lm import INJECTED_ROWS, LAYOUTS, LanguageModel, build_judge_inputs, judge_layout
+from dreambench.models.prefix_store import PrefixStore
+from dreambench.studies.dream.heads import STRATEGIES, load_or_rank_heads, select_heads
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +40,16 @@ class DreamParams:
     # log τ and γ are single scalars: under AdamW a parameter moves by about its learning rate per step, so at
     # the LoRA rate they could not move in a short run. They get their own rate (0 freezes them).
     scalar_lr: float = 1e-2
-    layout: str = "natural"  # judge input tokenisation: natural | pieces (dreambench.judge.LAYOUTS)
+    layout: str = "natural"  # judge input tokenisation: natural | pieces (dreambench.models.lm.LAYOUTS)
     # rows the scores are injected into: "query" (the paper, §3.3) | "suffix" (query + target rows: a variant
     # with a stronger signal, reported under its own name, never the default)
     injected_rows: str = "query"
     judge_lora: bool = False  # Fig. 5: also train LoRA adapters on the judge
     # the documents' keys/values computed once without autograd; forward + backward over the query and target
-    # only (dreambench.judge, "Prefix cache"; equal to the full pass up to float rounding). The judge-LoRA
+    # only (dreambench.models.lm, "Prefix cache"; equal to the full pass up to float rounding). The judge-LoRA
     # ablation always takes the full pass (its prefix trains).
     prefix_cache: bool = True
-    # with the prefix cache, keep each instance's prefix keys/values on disk (dreambench.judge.PrefixStore) up to
+    # with the prefix cache, keep each instance's prefix keys/values on disk (dreambench.models.lm.PrefixStore) up to
     # this many GiB, so that the seeds, tuning points and head ablations compute each prefix once; 0 = no store.
     # Reads are bit-identical to computing, so it changes no number (not part of a result's fingerprint).
     prefix_store_gb: float = field(default=8.0, metadata=NOT_A_DEPENDENCY)
@@ -73,13 +77,16 @@ class Dream(TrainedDenseMethod):
     description = "DREAM: retriever scores injected into query-focused heads of a frozen LLM judge"
     Params = DreamParams
     view = "candidates"
+    main_table = True
+    run_order = 4
+    row_order = 6
+    tuning_knobs = (("methods.dream.tau_init", (0.05, 0.02, 0.1)), ("methods.dream.gate_init", (0.0, 2.0)))
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         p = self.params
         if p.num_heads < 1:
             raise ValueError(f"methods.dream.num_heads must be at least 1, got {p.num_heads}")
-        from dreambench.models.backbones import BACKBONES
 
         spec = BACKBONES.get(self.judge_name) if self.judge_name in BACKBONES else None
         if (
@@ -98,7 +105,6 @@ class Dream(TrainedDenseMethod):
             raise ValueError(f"methods.dream.prefix_store_gb must be non-negative, got {p.prefix_store_gb}")
         if p.scalar_lr < 0:
             raise ValueError(f"methods.dream.scalar_lr must be non-negative, got {p.scalar_lr}")
-        from dreambench.judge import INJECTED_ROWS, LAYOUTS
 
         if p.layout not in LAYOUTS:
             raise ValueError(f"methods.dream.layout: unknown {p.layout!r}; known: {', '.join(LAYOUTS)}")
@@ -106,7 +112,6 @@ class Dream(TrainedDenseMethod):
             raise ValueError(
                 f"methods.dream.injected_rows: unknown {p.injected_rows!r}; known: {', '.join(INJECTED_ROWS)}"
             )
-        from dreambench.heads import STRATEGIES
 
         if p.head_selection not in STRATEGIES:
             raise ValueError(
@@ -118,14 +123,11 @@ class Dream(TrainedDenseMethod):
         return self.params.judge or self.config.model.backbone
 
     def build(self, data: Any) -> None:
-        from dreambench.heads import load_or_rank_heads, select_heads
-        from dreambench.judge import Judge, judge_layout
-        from dreambench.models.backbones import autocast_dtype, store_frozen_linears
 
         p = self.params
         self.retriever = self.load_retriever(lora=True)
         device = self.retriever.device
-        self.judge = Judge.load(self.judge_name, self.workspace).to(device).eval()
+        self.judge = LanguageModel.load(self.judge_name, self.workspace).to(device).eval()
         self.ranking = None
         if p.head_selection == "qrhead":
             self.ranking = load_or_rank_heads(
@@ -142,7 +144,7 @@ class Dream(TrainedDenseMethod):
         )
         self.heads_by_layer = InjectionPlan.heads_by_layer(self.heads, device)
         if p.judge_lora:  # after head selection: the ranking is always computed on the original judge
-            self.judge = Judge.load(self.judge_name, self.workspace, p.judge_lora_r, p.judge_lora_alpha).to(
+            self.judge = LanguageModel.load(self.judge_name, self.workspace, p.judge_lora_r, p.judge_lora_alpha).to(
                 device
             )
         # the judge only ever runs under the training autocast: its frozen matmul weights stored in that dtype
@@ -151,7 +153,6 @@ class Dream(TrainedDenseMethod):
         store_frozen_linears(self.judge, dtype, untie=True)
         self.prefix_store = None
         if p.prefix_cache and not p.judge_lora and p.prefix_store_gb > 0:
-            from dreambench.judge import PrefixStore
 
             settings = {"layout": p.layout, "max_doc_tokens": p.max_doc_tokens, "autocast": str(dtype)}
             self.prefix_store = PrefixStore.open(self.workspace, self.judge, settings, p.prefix_store_gb)
@@ -184,7 +185,6 @@ class Dream(TrainedDenseMethod):
 
     def judge_inputs(self, batch: CandidateBatch):
         """The judge's input for a batch (Eq. 6): token ids and the spans of documents, query and target."""
-        from dreambench.judge import build_judge_inputs, judge_layout
 
         p = self.params
         return build_judge_inputs(

@@ -24,6 +24,10 @@ class InfoNCE(TrainedDenseMethod):
     description = "contrastive: target = positive, other candidates of the set = negatives"
     Params = InfoNCEParams
     view = "candidates"
+    main_table = True
+    run_order = 2
+    row_order = 2
+    tuning_knobs = (("methods.infonce.temperature", (0.05, 0.02, 0.1)),)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -29,6 +29,8 @@ from dreambench import distributed
 from dreambench.config import fingerprint
 from dreambench.data.loader import CandidateBatch
 from dreambench.method import TrainedDenseMethod, register_method
+from dreambench.models.backbones import autocast_dtype
+from dreambench.models.lm import LAYOUTS, LanguageModel, build_judge_inputs, judge_layout
 from dreambench.workspace import Workspace, atomic_path
 
 log = logging.getLogger(__name__)
@@ -42,7 +44,7 @@ class ReplugParams:
     eta: float = 1e-3  # η, the LM temperature (Revela App. B.3)
     tau: float = 1e-3  # τ, the retriever temperature (Revela App. B.3)
     likelihood: str = "mean"  # mean (length-normalised, Atlas) | sum (REPLUG's log p(y | d, q))
-    layout: str = "natural"  # judge input tokenisation (dreambench.judge.LAYOUTS), as DREAM
+    layout: str = "natural"  # judge input tokenisation (dreambench.models.lm.LAYOUTS), as DREAM
     max_doc_tokens: int = 128
     max_query_tokens: int = 64
     max_target_tokens: int = 128
@@ -98,8 +100,6 @@ class LikelihoodCache:
 @torch.inference_mode()
 def score_candidates(judge, instances: list, params: ReplugParams, precision: str) -> list[dict[str, Any]]:
     """ℓ_j for each candidate of each instance, one passage per judge row → one record per instance."""
-    from dreambench.judge import build_judge_inputs, judge_layout
-    from dreambench.models.backbones import autocast_dtype
 
     rows = [(inst, doc) for inst in instances for doc in inst.candidates]
     inputs = build_judge_inputs(
@@ -129,11 +129,14 @@ class Replug(TrainedDenseMethod):
     description = "REPLUG LSR: KL from a frozen judge's per-candidate likelihoods of the target (cached once)"
     Params = ReplugParams
     view = "candidates"
+    main_table = True
+    run_order = 3
+    row_order = 3
+    tuning_knobs = (("methods.replug.tau", (1e-3, 1e-2, 5e-2)), ("methods.replug.eta", (1e-3, 1e-1, 1.0)))
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         p = self.params
-        from dreambench.judge import LAYOUTS
 
         if not (p.eta > 0 and p.tau > 0):
             raise ValueError(
@@ -174,9 +177,8 @@ class Replug(TrainedDenseMethod):
         missing = [inst for inst in instances if inst.id not in records]
         calls = 0
         if missing:
-            from dreambench.judge import Judge
 
-            judge = Judge.load(self.judge_name, self.workspace).to(self.device).eval()
+            judge = LanguageModel.load(self.judge_name, self.workspace).to(self.device).eval()
             per_call = max(1, p.score_batch_size // len(missing[0].candidates))
             log.info(
                 "REPLUG: judge likelihoods for %d of %d instances → %s",

@@ -26,6 +26,8 @@ from torch import nn
 from dreambench.attention import InBatchMemory, InBatchPlan, similarity
 from dreambench.data.loader import ChunkBatch
 from dreambench.method import TrainedDenseMethod, register_method
+from dreambench.models.backbones import autocast_dtype, store_frozen_linears
+from dreambench.models.lm import LanguageModel
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,9 @@ class Revela(TrainedDenseMethod):
     )
     Params = RevelaParams
     view = "chunks"
+    main_table = True
+    run_order = 5
+    row_order = 4
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -82,12 +87,10 @@ class Revela(TrainedDenseMethod):
         return self.params.lm or self.config.model.backbone
 
     def build(self, data: Any) -> None:
-        from dreambench.judge import Judge
-        from dreambench.models.backbones import autocast_dtype, store_frozen_linears
 
         p = self.params
         self.retriever = self.load_retriever(lora=True)
-        self.lm = Judge.load(self.lm_name, self.workspace, p.lm_lora_r, p.lm_lora_alpha).to(self.device)
+        self.lm = LanguageModel.load(self.lm_name, self.workspace, p.lm_lora_r, p.lm_lora_alpha).to(self.device)
         # the LM only runs under the training autocast: its frozen base weights stored in that dtype once
         # instead of cast on every call (bit-identical; tests/test_revela.py)
         store_frozen_linears(self.lm.causal_lm, autocast_dtype(self.config.train.precision, self.device))

@@ -8,6 +8,9 @@ from dreambench.method import DenseMethod, register_method
 @register_method("untrained")
 class Untrained(DenseMethod):
     description = "backbone with EOS pooling and prefixes, before any training (reference point)"
+    main_table = True
+    run_order = 1
+    row_order = 1
 
     def prepare(self) -> None:
         self.retriever = self.load_retriever(lora=False).eval()

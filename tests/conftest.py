@@ -66,9 +66,10 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
 def smoke_run(workspace: Workspace):
     """Train (if needed) and evaluate one method's default experiment of the smoke profile through the runner;
     returns the outcome and the stored result payload."""
+    from dreambench.plan import plan_jobs
     from dreambench.profiles import PROFILES, Experiment, Profile
     from dreambench.results import ResultKey
-    from dreambench.runner import Runner, plan_jobs
+    from dreambench.runner import Runner
 
     def run(method: str):
         config = PROFILES.get("smoke").config

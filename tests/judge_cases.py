@@ -3,7 +3,7 @@
 import torch
 
 from dreambench.attention import InjectionPlan
-from dreambench.judge import build_judge_inputs
+from dreambench.models.lm import build_judge_inputs
 
 
 def judge_case(judge, gate=0.7, seed=0):

@@ -216,15 +216,15 @@ def test_prefix_cached_judge_on_gpu_equals_the_full_pass_and_the_cpu():
     from judge_cases import judge_case
 
     from dreambench.attention import use_kernel
-    from dreambench.judge import Judge
     from dreambench.models.backbones import load_model, tiny_tokenizer
+    from dreambench.models.lm import LanguageModel
 
     results = {}
     for device, dtype in (("cpu", torch.float64), ("cuda", torch.float32)):
         model = load_model("tiny-llama", workspace=None, causal_lm=True, seed=3).to(device=device, dtype=dtype)
         for parameter in model.parameters():
             parameter.requires_grad_(False)
-        judge = Judge(use_kernel(model.eval()), tiny_tokenizer(), "tiny-llama")
+        judge = LanguageModel(use_kernel(model.eval()), tiny_tokenizer(), "tiny-llama")
         inputs, scores, plan = judge_case(judge, 0.7)
         for cached in (False, True):
             loss = judge.target_loss(inputs, plan, prefix_cache=cached)

@@ -4,8 +4,9 @@ import pytest
 from conftest import SHARED_DATASETS
 
 from dreambench.config import EvalConfig, RunConfig
+from dreambench.plan import plan_jobs
 from dreambench.profiles import Experiment, Profile
-from dreambench.runner import Runner, plan_jobs
+from dreambench.runner import Runner
 from dreambench.tasks import load_task
 from dreambench.workspace import Workspace
 

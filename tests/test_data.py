@@ -6,17 +6,12 @@ import random
 import pytest
 
 from dreambench.config import apply_overrides
+from dreambench.data.desc2lead import build_desc2lead, split_articles
 from dreambench.data.loader import CandidateBatch, ChunkBatch, TrainingLoader
 from dreambench.data.querygen import crop_query, parse_question
 from dreambench.data.sources import synthetic_articles
 from dreambench.data.text import chunk_text, split_sentences
-from dreambench.data.training import (
-    CandidatePool,
-    article_chunks,
-    build_desc2lead,
-    load_training_data,
-    split_articles,
-)
+from dreambench.data.training import CandidatePool, article_chunks, load_training_data
 from dreambench.profiles import PROFILES
 from dreambench.tasks import load_task
 

@@ -11,12 +11,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-import run_all
+from dreambench.cli import run_all
 from dreambench.results import STAGE_RECORDS, load_stage_records
+from dreambench.workspace import PROJECT_ROOT
 
 TIMING_KEYS = {"timings", "created"}
 
@@ -104,7 +104,7 @@ def test_smoke_profile_twice_and_killed_midway_gives_identical_results(workspace
 
     # a third run from scratch, killed (SIGKILL: no clean-up at all) once a training run has checkpointed
     _fresh(workspace)
-    process = subprocess.Popen([sys.executable, "run_all.py", *_args(workspace)], cwd=Path(run_all.__file__).parent,
+    process = subprocess.Popen([sys.executable, "run_all.py", *_args(workspace)], cwd=PROJECT_ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 600
     while not list(workspace.cache_dir.glob("checkpoints/smoke/*/checkpoint.pt")) and process.poll() is None:

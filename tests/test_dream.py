@@ -7,13 +7,14 @@ import torch
 from judge_cases import judge_case
 
 from dreambench.config import apply_overrides
-from dreambench.heads import HeadRanking, HeadScore, rank_heads, select_heads
-from dreambench.judge import build_judge_inputs, judge_layout
 from dreambench.models.backbones import tiny_tokenizer
+from dreambench.models.lm import build_judge_inputs, judge_layout
+from dreambench.plan import plan_jobs
 from dreambench.profiles import PROFILES, Experiment, Profile
 from dreambench.report import render, results_frame, training_table
 from dreambench.results import ResultKey
-from dreambench.runner import Runner, plan_jobs
+from dreambench.runner import Runner
+from dreambench.studies.dream.heads import HeadRanking, HeadScore, rank_heads, select_heads
 
 SMOKE = PROFILES.get("smoke").config
 
@@ -45,7 +46,7 @@ def test_judge_layout_spans_cover_exactly_each_piece():
 
 
 def test_natural_layout_tokenises_as_running_text_and_pieces_layout_does_not():
-    from dreambench.judge import LAYOUTS
+    from dreambench.models.lm import LAYOUTS
 
     tok = tiny_tokenizer()
     args = (["why?"], [["doc one", "doc two"]], ["target a"], 100, 100, 100)
@@ -170,19 +171,6 @@ def test_dream_trains_and_evaluates_through_the_runner(workspace):
     assert (workspace.reports_dir / "smoke" / "training.csv").is_file()
 
 
-@pytest.mark.parametrize("method", ["infonce", "untrained"])
-def test_other_dense_methods_run_through_the_runner(workspace, method):
-    profile = Profile("smoke", "", SMOKE, (Experiment(method),))
-    (outcome,) = Runner(workspace).run(plan_jobs(profile, SMOKE))
-    assert outcome.status == "computed" and 0.0 <= outcome.scores["ndcg_at_10"] <= 1.0
-    payload = json.loads(
-        ResultKey("smoke", method, "default", "wiki-desc2lead").json_path(workspace.results_dir).read_text()
-    )
-    assert payload["geometry"]["pairs"] > 0 and payload["kind"] == "dense"
-    if method == "infonce":
-        assert payload["training"]["steps"] == SMOKE.train.steps
-
-
 def test_bad_dream_params_are_clear_errors(workspace):
     from dreambench.method import METHODS
 
@@ -195,15 +183,15 @@ def test_bad_dream_params_are_clear_errors(workspace):
 @pytest.mark.parametrize("gate", [0.0, 0.7, 1.0])
 def test_prefix_cached_judge_equals_the_full_pass_in_loss_and_score_gradients(gate):
     """fp64 tiny Llama (grouped-query attention), a padded batch: equal to 1e-10."""
-    from dreambench.judge import Judge
     from dreambench.models.backbones import load_model
+    from dreambench.models.lm import LanguageModel
 
     model = load_model("tiny-llama", workspace=None, causal_lm=True, seed=3).double().eval()
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     from dreambench.attention import use_kernel
 
-    judge = Judge(use_kernel(model), tiny_tokenizer(), "tiny-llama")
+    judge = LanguageModel(use_kernel(model), tiny_tokenizer(), "tiny-llama")
     inputs, scores, plan = judge_case(judge, gate)
     full = judge.target_loss(inputs, plan)
     (full_grad,) = torch.autograd.grad(full, scores, retain_graph=True)
@@ -218,10 +206,10 @@ def test_prefix_cached_judge_equals_the_full_pass_in_loss_and_score_gradients(ga
 
 
 def test_prefix_cache_refuses_a_trainable_judge():
-    from dreambench.judge import Judge
     from dreambench.models.backbones import load_model
+    from dreambench.models.lm import LanguageModel
 
-    judge = Judge(load_model("tiny-llama", workspace=None, causal_lm=True, seed=3).eval(), tiny_tokenizer(), "t")
+    judge = LanguageModel(load_model("tiny-llama", workspace=None, causal_lm=True, seed=3).eval(), tiny_tokenizer(), "t")
     inputs, _, plan = judge_case(judge)
     with pytest.raises(ValueError, match="frozen judge"):
         judge.target_loss(inputs, plan, prefix_cache=True)
@@ -231,14 +219,14 @@ def test_judge_weights_stored_in_the_autocast_dtype_give_identical_loss_and_grad
     """bf16 autocast over fp32 weights vs the same weights stored in bf16, with the tied output head untied or
     not: bit-identical (tiny Llama)."""
     from dreambench.attention import use_kernel
-    from dreambench.judge import Judge
     from dreambench.models.backbones import load_model, store_frozen_linears
+    from dreambench.models.lm import LanguageModel
 
     def judge():
         model = load_model("tiny-llama", workspace=None, causal_lm=True, seed=3).eval()
         for parameter in model.parameters():
             parameter.requires_grad_(False)
-        return Judge(use_kernel(model), tiny_tokenizer(), "tiny-llama")
+        return LanguageModel(use_kernel(model), tiny_tokenizer(), "tiny-llama")
 
     results = []
     for store in (False, True, "untie"):
@@ -265,10 +253,10 @@ def test_judge_weights_stored_in_the_autocast_dtype_give_identical_loss_and_grad
 @pytest.mark.slow
 def test_prefix_cached_judge_equals_the_full_pass_on_smollm2(tmp_path):
     """The real judge (SmolLM2-135M, fp32; the package's GGUF): equal to 1e-4 in loss and score gradients."""
-    from dreambench.judge import Judge
+    from dreambench.models.lm import LanguageModel
     from dreambench.workspace import Workspace
 
-    judge = Judge.load("smollm2-135m-instruct", Workspace.resolve(cache_dir=_model_cache(tmp_path))).eval()
+    judge = LanguageModel.load("smollm2-135m-instruct", Workspace.resolve(cache_dir=_model_cache(tmp_path))).eval()
     inputs, scores, plan = judge_case(judge, 0.5)
     full = judge.target_loss(inputs, plan)
     (full_grad,) = torch.autograd.grad(full, scores, retain_graph=True)
@@ -290,14 +278,14 @@ def _model_cache(tmp_path):
 def _frozen_tiny_judge(dtype=torch.bfloat16):
     """The tiny Llama judge as DREAM trains it: frozen, matmul weights stored in the autocast dtype."""
     from dreambench.attention import use_kernel
-    from dreambench.judge import Judge
     from dreambench.models.backbones import load_model, store_frozen_linears
+    from dreambench.models.lm import LanguageModel
 
     model = load_model("tiny-llama", workspace=None, causal_lm=True, seed=3).eval()
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     store_frozen_linears(model, dtype)
-    return Judge(use_kernel(model), tiny_tokenizer(), "tiny-llama")
+    return LanguageModel(use_kernel(model), tiny_tokenizer(), "tiny-llama")
 
 
 def _one_instance(judge, doc="The Arno crosses Florence."):
@@ -318,7 +306,7 @@ def _one_instance(judge, doc="The Arno crosses Florence."):
 def test_prefix_store_reads_back_bit_for_bit_what_the_pass_computes(tmp_path):
     """bf16 autocast as in training: the loss and the score gradients are identical whether the prefix is
     computed (no store), computed and written (cold store) or read (warm store, also after reopening)."""
-    from dreambench.judge import PrefixStore
+    from dreambench.models.prefix_store import PrefixStore
 
     judge = _frozen_tiny_judge()
 

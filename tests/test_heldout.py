@@ -4,6 +4,7 @@ the command that inspects a cached trained run without ever training."""
 import pytest
 import torch
 
+from dreambench.cli import heldout as heldout_cli
 from dreambench.data.training import TrainingInstance
 from dreambench.evaluation import heldout
 
@@ -36,15 +37,15 @@ def test_ranking_and_geometry_of_the_candidates():
 
 def test_the_command_inspects_a_cached_run_and_never_trains(workspace, smoke_run, capsys):
     args = ["--profile", "smoke", "--method", "infonce", "--cache-dir", str(workspace.cache_dir)]
-    assert heldout.main(args) == 2
+    assert heldout_cli.main(args) == 2
     assert "this command never trains" in capsys.readouterr().err
     assert not list((workspace.cache_dir / "checkpoints").glob("*/infonce-*/final.pt"))
     smoke_run("infonce")
-    assert heldout.main(args) == 0
+    assert heldout_cli.main(args) == 0
     out = capsys.readouterr().out
     assert "untrained: top-1" in out and "infonce/default (seed 0): top-1" in out
     assert "mean cosine between two candidates" in out
-    assert heldout.main([*args[:4], "--experiment", "nope", *args[4:]]) == 2
+    assert heldout_cli.main([*args[:4], "--experiment", "nope", *args[4:]]) == 2
     assert "not an experiment of infonce" in capsys.readouterr().err
-    assert heldout.main(["--profile", "smoke", "--method", "bm25"]) == 2
+    assert heldout_cli.main(["--profile", "smoke", "--method", "bm25"]) == 2
     assert "not a trained method" in capsys.readouterr().err

@@ -15,15 +15,15 @@ from mteb.abstasks.task_metadata import TaskMetadata
 from mteb.types import PromptType
 
 from dreambench.evaluation.metrics import evaluate as dreambench_evaluate
-from dreambench.evaluation.mteb_encoder import (
+from dreambench.evaluation.search import dense_search
+from dreambench.method import passage_text
+from dreambench.models.retriever import DenseRetriever
+from dreambench.mteb_encoder import (
     DreambenchEncoder,
     checkpoint_revision,
     model_name,
     untrained_revision,
 )
-from dreambench.evaluation.search import dense_search
-from dreambench.method import passage_text
-from dreambench.models.retriever import DenseRetriever
 from dreambench.profiles import PROFILES
 
 SMOKE_MODEL = PROFILES.get("smoke").config.model
@@ -230,7 +230,7 @@ def write_trained_weights(workspace, config, shift: float) -> Path:
 
 
 def test_mteb_encoder_wraps_prepared_methods(workspace):
-    from dreambench.evaluation.mteb_encoder import file_sha256, mteb_encoder
+    from dreambench.mteb_encoder import file_sha256, mteb_encoder
 
     config = PROFILES.get("smoke").config
     texts = ["which animal purrs", "lava erupting from the crust"]

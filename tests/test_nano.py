@@ -6,8 +6,9 @@ import json
 import pytest
 from conftest import SHARED_DATASETS, write_beir
 
-from dreambench.data.nano import FILES, MANIFEST, RECIPES, SHIPPED_DIR, NanoRecipe, build, check, render_files
-from dreambench.tasks import read_beir_folder
+from dreambench.data.beir import read_beir_folder
+from dreambench.data.nano import FILES, MANIFEST, RECIPES, SHIPPED_DIR, NanoRecipe, render_files
+from dreambench.nano_sets import build, check
 
 
 def _collection(tmp_path):

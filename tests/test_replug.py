@@ -52,9 +52,9 @@ def test_likelihoods_are_computed_once_and_gradients_reach_the_retriever_only(wo
     lines = method.cache_stats["likelihood_cache"]
     # the cached ℓ is the judge's mean log-likelihood of the target given each single candidate
     first = data.train[0]
-    from dreambench.judge import Judge, build_judge_inputs
+    from dreambench.models.lm import LanguageModel, build_judge_inputs
 
-    judge = Judge.load(method.judge_name, workspace)
+    judge = LanguageModel.load(method.judge_name, workspace)
     inputs = build_judge_inputs(
         judge.tokenizer, [first.query] * len(first.candidates), [[d] for d in first.candidates],
         [first.target] * len(first.candidates), method.params.max_doc_tokens, method.params.max_query_tokens,
@@ -67,7 +67,7 @@ def test_likelihoods_are_computed_once_and_gradients_reach_the_retriever_only(wo
     def no_judge(*args, **kwargs):
         raise AssertionError("the judge was loaded although every likelihood is cached")
 
-    monkeypatch.setattr(Judge, "load", no_judge)
+    monkeypatch.setattr(LanguageModel, "load", no_judge)
     again, _, _ = replug(workspace, apply_overrides(SMOKE, {"methods.replug.eta": 0.5}))  # η: same ℓ
     assert again.cache_stats["judge_calls_this_run"] == 0 and again.cache_stats["likelihood_cache"] == lines
     assert again.likelihoods == method.likelihoods

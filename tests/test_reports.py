@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from conftest import SHARED_DATASETS
 
-import run_all
+from dreambench.cli import run_all
 from dreambench.workspace import PROJECT_ROOT
 
 
@@ -58,25 +58,27 @@ def _ablation_frame():
 
 @pytest.mark.parametrize("group", ["ablation-head-count", "ablation-head-selection", "ablation-candidates"])
 def test_every_ablation_gets_a_figure_with_the_default_as_reference(tmp_path, group):
-    from dreambench.report import _ablation_x, plot_ablation, score_table
+    from dreambench.report import plot_group, score_table, setting_values
+    from dreambench.studies.dream.report_sections import ABLATION_FIGURES
 
     frame = _ablation_frame()
     table = score_table(frame, group=group)
     assert "dream" in table.index  # the default configuration is every ablation's reference row
-    assert plot_ablation(frame, group, tmp_path / "fig.png")
+    assert plot_group(frame, group, tmp_path / "fig.png", ABLATION_FIGURES[group])
     assert (tmp_path / "fig.png").stat().st_size > 1000 and (tmp_path / "fig.svg").is_file()
-    xs = sorted(set(_ablation_x(frame[frame.group.isin([group, "main"])], "num_heads")))
+    xs = sorted(set(setting_values(frame[frame.group.isin([group, "main"])], "num_heads")))
     assert xs[-1] == 16
 
 
 def test_ablations_appear_in_the_papers_figure_order():
-    from dreambench.report import ABLATION_FIGURES, ablation_order
+    from dreambench.report import group_order
+    from dreambench.studies.dream.report_sections import ABLATION_FIGURES
 
     groups = {"main", "ablation-candidates", "ablation-judge", "ablation-head-count", "ablation-head-selection",
               "variant-injected-rows", "zz-user-group"}  # fmt: skip
-    assert ablation_order(groups) == ["ablation-head-selection", "ablation-head-count", "ablation-judge",
+    assert group_order(groups, ABLATION_FIGURES) == ["ablation-head-selection", "ablation-head-count", "ablation-judge",
                                       "ablation-candidates", "variant-injected-rows", "zz-user-group"]  # fmt: skip
-    titles = [ABLATION_FIGURES[g][0] for g in ablation_order(groups)[:4]]
+    titles = [ABLATION_FIGURES[g][0] for g in group_order(groups, ABLATION_FIGURES)[:4]]
     assert [t[t.index("Fig."):] for t in titles] == ["Fig. 2)", "Fig. 3)", "Fig. 5)", "Fig. 6)"]
 
 
@@ -128,7 +130,8 @@ def test_committed_index_html_renders_in_headless_chromium():
 
 
 def test_the_papers_claims_are_checked_whichever_way_they_fall():
-    from dreambench.report import claims_table, score_table
+    from dreambench.report import score_table
+    from dreambench.studies.dream.report_sections import claims_table
 
     rows = []
     for dataset, base in (("wiki-desc2lead", 0.5), ("nano-scifact", 0.3), ("nano-arguana", 0.4)):
@@ -189,14 +192,8 @@ def test_the_papers_claims_are_checked_whichever_way_they_fall():
 def test_ablations_compare_with_the_default_at_the_seeds_they_ran(tmp_path):
     """A one-seed ablation is compared with the default's run of that seed, not its mean over seeds; an
     ablation with several seeds with the default's same seeds, and the claim says how many of them learned."""
-    from dreambench.report import (
-        ablation_points,
-        claims_table,
-        plot_ablation,
-        row_seeds,
-        score_table,
-        with_reference,
-    )
+    from dreambench.report import group_points, plot_group, row_seeds, score_table, with_reference
+    from dreambench.studies.dream.report_sections import ABLATION_FIGURES, claims_table
 
     rows = []
     default = {0: 0.05, 1: 0.10, 2: 0.60}  # DREAM's default learned in seed 2 only
@@ -233,26 +230,27 @@ def test_ablations_compare_with_the_default_at_the_seeds_they_ran(tmp_path):
     # with seed 2 of the ablation missing, both rows are compared at seeds 0 and 1 only
     partial = claims_table(frame[~((frame.experiment == "heads-random") & (frame.seed == 2))], main, pd.DataFrame())
     assert partial.at[claim, "measured"].startswith("0.0750 vs 0.4500 (mean NDCG@10 over 2 sets and seeds 0, 1)")
-    assert plot_ablation(frame, "ablation-head-count", tmp_path / "fig.png")
+    assert plot_group(frame, "ablation-head-count", tmp_path / "fig.png", ABLATION_FIGURES["ablation-head-count"])
     # the figure draws every seed beside the mean: the bimodal outcome of a small budget stays visible
-    points = ablation_points(frame, "ablation-head-selection")
+    points = group_points(frame, "ablation-head-selection", ABLATION_FIGURES["ablation-head-selection"].x)
     random_scifact = points[(points.row == "dream/heads-random") & (points.dataset == "nano-scifact")]
     assert sorted(random_scifact.value) == [0.30, 0.40, 0.50]
     assert random_scifact.value.mean() == pytest.approx(selection.at["dream/heads-random", "nano-scifact"])
     assert set(points.row) == {"dream", "dream/heads-random"} and points.seed.nunique() == 3
-    counts_points = ablation_points(frame, "ablation-head-count")
+    counts_points = group_points(frame, "ablation-head-count", ABLATION_FIGURES["ablation-head-count"].x)
     assert sorted(set(counts_points.x)) == [4, 16] and set(counts_points.seed) == {0}
-    assert plot_ablation(frame, "ablation-head-selection", tmp_path / "bars.png")
+    assert plot_group(frame, "ablation-head-selection", tmp_path / "bars.png",
+                      ABLATION_FIGURES["ablation-head-selection"])
 
 
 
 def test_still_to_run_lists_what_is_missing_in_the_order_the_plan_runs_it(tmp_path):
     """The report's 'Still to run' line names every missing experiment in run order (main table, then
     ablations, then further seeds), each with its stage, and counts only results not stored yet."""
+    from dreambench.plan import plan_jobs, stage_jobs
     from dreambench.profiles import PROFILES
-    from dreambench.report import not_yet_run
+    from dreambench.report import pending_lines
     from dreambench.results import ResultKey
-    from dreambench.runner import plan_jobs, stage_jobs
 
     mini = PROFILES.get("mini")
     stages = stage_jobs(plan_jobs(mini, mini.config))
@@ -262,7 +260,9 @@ def test_still_to_run_lists_what_is_missing_in_the_order_the_plan_runs_it(tmp_pa
         path = ResultKey("mini", first.experiment.method, first.experiment.name, dataset).json_path(tmp_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("{}")
-    lines, main_rows = not_yet_run(tmp_path, "mini")
+    lines, main_rows = pending_lines([(stage, job.experiment.method, job.experiment.name, dataset)
+                                      for stage, jobs in stages for job in jobs for dataset in job.datasets],
+                                     tmp_path, "mini")
     assert lines[0].startswith(f"**Still to run: {total - len(first.datasets)} of the {total} results")
     items = [line for line in lines if line.startswith("- ")]
     names = [line[2:].split(":")[0] for line in items]
@@ -279,17 +279,18 @@ def test_a_rerender_removes_what_the_results_no_longer_produce(tmp_path, monkeyp
     results since deleted); the screenshot index.png is left alone; --check names a leftover file; a rendering
     that fails leaves the previous report as it was."""
     from dreambench import report
+    from dreambench.report import engine
 
     written = {"report.md": "# r\n", "provenance.csv": "method,experiment,dataset,fingerprint\n", "tuning.csv": "t\n"}
 
-    def fake_render(results_dir, reports_dir, profile):
+    def fake_render(results_dir, reports_dir, profile, planned):
         out = reports_dir / profile
         out.mkdir(parents=True)
         for name, text in written.items():
             (out / name).write_text(text)
         return out / "report.md"
 
-    monkeypatch.setattr(report, "_render", fake_render)
+    monkeypatch.setattr(engine, "_render", fake_render)
     results, reports = tmp_path / "results", tmp_path / "reports"
     (results / "smoke" / "m" / "default").mkdir(parents=True)
     (results / "smoke" / "m" / "default" / "d.json").write_text("{}")
@@ -305,12 +306,12 @@ def test_a_rerender_removes_what_the_results_no_longer_produce(tmp_path, monkeyp
     assert report.check_report(reports, results, "smoke", lambda *key: None) == []
     assert sorted(p.name for p in reports.iterdir()) == ["results", "smoke"]  # the records; no scratch folder left
 
-    def failing(results_dir, reports_dir, profile):
+    def failing(results_dir, reports_dir, profile, planned):
         (reports_dir / profile).mkdir(parents=True)
         (reports_dir / profile / "report.md").write_text("half")
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(report, "_render", failing)
+    monkeypatch.setattr(engine, "_render", failing)
     with pytest.raises(RuntimeError):
         report.render(results, reports, "smoke")
     assert (out / "report.md").read_text() == "# r\n"
@@ -344,7 +345,7 @@ def test_runs_trained_on_differently_rebuilt_data_are_flagged():
 def test_the_papers_numbers_ship_with_the_package():
     """The DREAM paper's table the report sets beside ours is read from the package, not from a folder users
     do not have: a report renders the same on every machine."""
-    from dreambench.report import find_paper_reference
+    from dreambench.studies.dream.report_sections import find_paper_reference
 
     path = find_paper_reference()
     assert path is not None and path.parent.parent == PROJECT_ROOT / "dreambench"
@@ -358,17 +359,17 @@ def test_the_papers_numbers_ship_with_the_package():
 def test_the_provenance_names_the_cpu_and_the_kernels_torch_picked():
     """The same code can round differently on another CPU (torch dispatches its CPU kernels by instruction
     set), so a machine is named by its CPU model and that instruction set when they were recorded."""
-    from dreambench.report import _machine_label
+    from dreambench.report import machine_label
     from dreambench.workspace import machine_info
 
     info = machine_info()
     assert {"platform", "cpus", "cpu", "torch_threads", "cpu_capability"} <= set(info)
-    label = _machine_label({"cpus": 2, "torch_threads": 2, "platform": "Linux-x", "cpu": "Some CPU 9000",
+    label = machine_label({"cpus": 2, "torch_threads": 2, "platform": "Linux-x", "cpu": "Some CPU 9000",
                             "cpu_capability": "AVX512"})
     assert label == "2 CPU cores (Some CPU 9000, torch kernels AVX512), 2 torch threads, Linux-x"
     # records written before the CPU was recorded render as they did
-    assert _machine_label({"cpus": 2, "torch_threads": 2, "platform": "Linux-x"}) == "2 CPU cores, 2 torch threads, Linux-x"
-    assert _machine_label({"cuda_device": "H100", "cpu": "x", "torch_threads": 16, "platform": "L"}) == "H100, 16 torch threads, L"
+    assert machine_label({"cpus": 2, "torch_threads": 2, "platform": "Linux-x"}) == "2 CPU cores, 2 torch threads, Linux-x"
+    assert machine_label({"cuda_device": "H100", "cpu": "x", "torch_threads": 16, "platform": "L"}) == "H100, 16 torch threads, L"
 
 
 def test_dream_is_compared_with_a_baseline_on_the_seeds_both_ran(tmp_path):
@@ -376,8 +377,9 @@ def test_dream_is_compared_with_a_baseline_on_the_seeds_both_ran(tmp_path):
     not DREAM's mean over three against one run; a row that does not train (BM25) counts at every seed."""
     import json
 
-    from dreambench.report import claims_table, score_table, significance
+    from dreambench.report import score_table, significance
     from dreambench.results import SCHEMA_VERSION
+    from dreambench.studies.dream.report_sections import claims_table
 
     queries = [f"q{i}" for i in range(30)]
     first = [0.1 + 0.05 * (i % 2) for i in range(30)]
@@ -397,7 +399,7 @@ def test_dream_is_compared_with_a_baseline_on_the_seeds_both_ran(tmp_path):
         rows.append({"method": method, "experiment": "default", "group": "main", "dataset": "nano-scifact",
                      "metric": "ndcg_at_10", "value": sum(values) / 30, "seed": seed or 0, "params": {},
                      "num_candidates": 8})  # fmt: skip
-    p_values, seeds = significance(tmp_path, "mini")
+    p_values, seeds = significance(tmp_path, "mini", "dream")
     assert seeds.at["revela", "nano-scifact"] == "0"
     assert seeds.at["bm25", "nano-scifact"] == "0,1,2"  # BM25 is the same model at every seed of DREAM's
     # at seed 0 Revela is ahead (by 0.02 on two queries of three): DREAM is behind, while its mean over three

@@ -42,14 +42,14 @@ def test_gradients_reach_the_retriever_and_lm_lora_never_the_base_weights(worksp
 
 def test_lm_weights_stored_in_the_autocast_dtype_give_identical_loss_and_gradients(workspace, monkeypatch):
     """bf16 autocast over the LM's fp32 base weights vs the same weights stored in bf16: bit-identical."""
-    from dreambench.models import backbones
+    import methods.revela
     from dreambench.training.trainer import seed_everything
 
     config = apply_overrides(SMOKE, {"methods.revela.tau": 0.05, "train.precision": "bf16"})
     results = []
     for store in (False, True):
         if not store:
-            monkeypatch.setattr(backbones, "store_frozen_linears", lambda model, dtype: 0)
+            monkeypatch.setattr(methods.revela, "store_frozen_linears", lambda model, dtype: 0)
         else:
             monkeypatch.undo()
         seed_everything(0)
@@ -93,9 +93,10 @@ def test_bad_revela_params_are_clear_errors(workspace):
 
 
 def test_starting_losses_zero_sim_is_the_plain_lm_and_training_loss_is_unchanged(workspace):
-    """``python -m dreambench.signal --revela``: stream 2 with Sim = 0 adds nothing, so its loss is the plain
+    """``python -m dreambench.cli.signal_check --revela``: stream 2 with Sim = 0 adds nothing, so its loss is the plain
     LM's to the bit; with the retriever's Sim it is the loss ``compute_loss`` trains on."""
-    from dreambench.signal import main, revela_start
+    from dreambench.cli.signal_check import main
+    from dreambench.studies.dream.signal_check import revela_start
     from dreambench.training.trainer import seed_everything
 
     config = apply_overrides(SMOKE, {"methods.revela.tau": 0.05})

@@ -2,19 +2,20 @@
 
 import json
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-import run_all
+from dreambench.cli import run_all, stages
 from dreambench.config import EvalConfig, RunConfig
 from dreambench.method import METHODS, LexicalMethod, register_method
+from dreambench.plan import dataset_signature, plan_jobs
 from dreambench.profiles import PROFILES as PROFILES_
 from dreambench.profiles import Experiment, Profile
-from dreambench.report import _average_note, _markdown, render, score_table
+from dreambench.report import average_note, markdown_table, render, score_table
 from dreambench.results import ResultKey, read_run_file
-from dreambench.runner import Runner, dataset_signature, plan_jobs
+from dreambench.runner import Runner
+from dreambench.workspace import PROJECT_ROOT
 
 
 @dataclass(frozen=True)
@@ -175,11 +176,11 @@ def test_block_averages_cover_only_the_datasets_every_row_has_and_never_mix_nano
     assert "average" not in table.columns and not any("RTEB" in c for c in table.columns)  # one RTEB set only
     columns = list(table.columns)
     assert columns.index("avg BEIR (nano)") < columns.index("arguana")  # each average follows its block
-    notes = _average_note(table)
+    notes = average_note(table)
     assert (
         "`avg BEIR (full)`: mean over arguana, scifact (the datasets of that block every row has)." in notes
     )
-    text = _markdown(table)
+    text = markdown_table(table)
     assert "–" in text and " nan " not in text
 
 
@@ -341,8 +342,8 @@ def test_a_malformed_dataset_stops_the_run_before_any_method_runs(tiny_dataset, 
 def test_check_vouches_for_a_report_only_while_the_code_would_produce_it(tiny_dataset, workspace):
     import shutil
 
+    from dreambench.plan import expected_fingerprint
     from dreambench.report import check_report
-    from dreambench.runner import expected_fingerprint
 
     def checker(prof):
         return lambda m, e, d: expected_fingerprint(prof, m, e, d, workspace)
@@ -376,8 +377,8 @@ def test_a_report_keeps_the_records_it_was_rendered_from(tiny_dataset, workspace
     --check, and a copy of it continues the run without recomputing what it holds."""
     import shutil
 
+    from dreambench.plan import expected_fingerprint
     from dreambench.report import check_report
-    from dreambench.runner import expected_fingerprint
 
     prof = profile()
     Runner(workspace).run(plan_jobs(prof, prof.config, seeds=[0]))
@@ -459,7 +460,7 @@ def test_two_concurrent_runs_share_the_work_and_never_corrupt_a_result(tiny_data
     args = [sys.executable, "run_all.py", "--methods", "bm25", "--datasets", "scifact", "--no-signal-check",
             "--data-dir", str(workspace.data_dir), "--results-dir", str(workspace.results_dir),
             "--cache-dir", str(workspace.cache_dir), "--reports-dir", str(workspace.reports_dir)]  # fmt: skip
-    root = Path(run_all.__file__).parent
+    root = PROJECT_ROOT
     procs = [subprocess.Popen(args, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]  # fmt: skip
     outputs = [p.communicate(timeout=300)[0] for p in procs]
@@ -488,7 +489,7 @@ def test_paper_profile_dry_run_works_offline(workspace, capsys):
 
 
 def test_the_plan_runs_main_table_first_then_ablations_then_further_seeds():
-    from dreambench.runner import stage_jobs
+    from dreambench.plan import stage_jobs
 
     mini = PROFILES_.get("mini")
     jobs = plan_jobs(mini, mini.config)
@@ -532,13 +533,13 @@ def test_the_signal_check_runs_after_the_main_table_and_before_the_ablations(wor
     def hook():
         order.append("signal")
 
-    run_all.run_stages(Recorder(), jobs, workspace, "mini", 0.0, render=False, after_main=hook)
+    run_all.run_stages(Recorder(), jobs, workspace, "mini", 0.0, after_main=[("signal check", hook)])
     assert order.count("signal") == 1
     cut = order.index("signal")
     assert set(order[:cut]) == {"main"} and set(order[cut + 1 :]) == {"later"} and cut > 0
     order.clear()
     ablations = [j for j in jobs if j.experiment.group != "main"]
-    run_all.run_stages(Recorder(), ablations, workspace, "mini", 0.0, render=False, after_main=hook)
+    run_all.run_stages(Recorder(), ablations, workspace, "mini", 0.0, after_main=[("signal check", hook)])
     assert order[0] == "signal" and order.count("signal") == 1
 
 def test_shards_split_the_plan_into_disjoint_parts(workspace, capsys):
@@ -565,7 +566,7 @@ def test_eta_estimates_each_run_left_from_the_finished_runs_like_it():
     jobs = [object() for _ in range(6)]
     work = ["train", "evaluate", "none", "train", "train", "evaluate"]
     methods = ["infonce", "infonce", "dream", "dream", "infonce", "dream"]
-    eta = run_all.Eta({id(j): (m, w) for j, m, w in zip(jobs, methods, work, strict=True)})
+    eta = stages.Eta({id(j): (m, w) for j, m, w in zip(jobs, methods, work, strict=True)})
     assert eta.remaining(jobs) is None
     assert eta.remaining([jobs[2]]) == 0  # all cached
     eta.done(jobs[2], 1000.0)  # a cached run's seconds teach nothing
@@ -580,4 +581,4 @@ def test_eta_estimates_each_run_left_from_the_finished_runs_like_it():
 
 def test_stage_records_name_the_command_without_local_folders():
     argv = ["run_all.py", "--profile", "mini", "--cache-dir", "/tmp/c", "--results-dir=/tmp/r", "--seeds", "0,1"]
-    assert run_all._portable_command(argv) == "python run_all.py --profile mini --seeds 0,1"
+    assert stages._portable_command(argv) == "python run_all.py --profile mini --seeds 0,1"

@@ -7,7 +7,7 @@ import torch
 
 from dreambench.config import apply_overrides
 from dreambench.profiles import PROFILES
-from dreambench.signal import format_rows, signal_check, summarise
+from dreambench.studies.dream.signal_check import format_rows, signal_check, summarise
 
 SMOKE = PROFILES.get("smoke").config
 
@@ -45,7 +45,7 @@ def test_signal_check_mechanics_on_the_smoke_profile(workspace, monkeypatch):
         assert row["oracle_gap"] == pytest.approx(row["loss_uniform"] - row["loss_target"])
         assert 0.0 <= row["favours_target"] <= 1.0 and -1.0 <= row["alignment"] <= 1.0
     assert len(format_rows(payload)) == 3
-    assert payload["command"] == "python -m dreambench.signal --profile smoke"
+    assert payload["command"] == "python -m dreambench.cli.signal_check --profile smoke"
     stored = list((workspace.results_dir / "smoke" / "signal").glob("*.json"))
     assert (
         len(stored) == 1
@@ -53,12 +53,12 @@ def test_signal_check_mechanics_on_the_smoke_profile(workspace, monkeypatch):
     )
 
     # a second call is served from the stored result: no judge is loaded
-    import dreambench.judge
+    import dreambench.models.lm
 
     def no_judge(*args, **kwargs):
         raise AssertionError("the judge was loaded again")
 
-    monkeypatch.setattr(dreambench.judge.Judge, "load", no_judge)
+    monkeypatch.setattr(dreambench.models.lm.LanguageModel, "load", no_judge)
     assert signal_check(SMOKE, workspace, progress=False)["head_sets"].keys() == payload["head_sets"].keys()
 
 
@@ -66,7 +66,7 @@ def test_with_the_gate_closed_every_injection_is_the_plain_judge(workspace):
     closed = apply_overrides(SMOKE, {"methods.dream.gate_init": -40.0})  # g = σ(−40) ≈ 4e-18
     payload = signal_check(closed, workspace, head_sets=("qrhead",), progress=False)
     assert payload["command"] == (
-        "python -m dreambench.signal --profile smoke --head-sets qrhead --set methods.dream.gate_init=-40.0"
+        "python -m dreambench.cli.signal_check --profile smoke --head-sets qrhead --set methods.dream.gate_init=-40.0"
     )
     row = payload["head_sets"]["qrhead"]["per_instance"]
     for key in ("loss_target", "loss_uniform", "loss_wrong"):

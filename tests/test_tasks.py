@@ -5,13 +5,12 @@ import json
 import pytest
 from conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, write_beir
 
+from dreambench.data.beir import DatasetFormatError, read_beir_folder
 from dreambench.tasks import (
     TASKS,
-    DatasetFormatError,
     DatasetUnavailable,
     export_mteb_split,
     load_task,
-    read_beir_folder,
     task_spec,
 )
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..models.backbones import BACKBONES, autocast_dtype, default_device, load_model, load_tokenizer
 from ..workspace import Workspace
 from .text import split_sentences
 
@@ -92,7 +93,6 @@ def prompt_style(instruct: bool) -> tuple[str, str]:
 
 def generator_prompt(generator: str) -> tuple[str, str]:
     """The prompt template and version ``generator`` gets (the registry says whether it is chat-tuned)."""
-    from ..models.backbones import BACKBONES
 
     spec = BACKBONES.get(generator) if generator in BACKBONES else None
     # hub models outside the registry are taken as instruct (the paper's generators are); their chat
@@ -184,7 +184,6 @@ class QueryGenerator:
         return [parse_question(cached[passage_key(p)]["raw"]) for p in passages]
 
     def _run(self, todo: list[str], cached: dict[str, dict]) -> None:
-        from ..models.backbones import autocast_dtype, default_device, load_model, load_tokenizer
 
         device = default_device()
         tokenizer = load_tokenizer(self.generator, self.workspace)

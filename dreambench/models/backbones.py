@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ..config import ConfigError
 from ..registry import Registry
 from ..workspace import Workspace, atomic_dir
 
@@ -186,7 +187,6 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 def check_model_name(name: str, option: str) -> None:
     """A model option names an alias, a local folder or a hub id (``org/name``): else one clear error, before any
     work starts (a typo would otherwise surface only when the model loads, after the data is built)."""
-    from ..config import ConfigError
 
     if name in BACKBONES or Path(name).expanduser().is_dir() or _HUB_ID.match(name):
         return
@@ -261,13 +261,6 @@ def _tiny_state(seed: int) -> tuple[Any, dict[str, torch.Tensor]]:
     return tokenizer, {k: v.clone() for k, v in model.state_dict().items()}
 
 
-def is_instruct(name: str, tokenizer) -> bool:
-    """Whether ``name`` is chat-tuned: its registry entry says so, else the tokenizer carries a chat template."""
-    spec = BACKBONES.get(name) if name in BACKBONES else None
-    if spec is not None and spec.instruct is not None:
-        return spec.instruct
-    return bool(getattr(tokenizer, "chat_template", None))
-
 
 def load_tokenizer(name: str, workspace: Workspace):
     if name == "tiny-llama":
@@ -292,9 +285,3 @@ def load_model(name: str, workspace: Workspace, causal_lm: bool = True, seed: in
     cls = AutoModelForCausalLM if causal_lm else AutoModel
     return cls.from_pretrained(checkpoint_path(name, workspace), dtype=torch.float32)
 
-
-def decoder_layers(model) -> Any:
-    """The list of transformer blocks of a (possibly peft-wrapped) decoder or causal LM."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    decoder = base.get_decoder() if hasattr(base, "get_decoder") else base
-    return decoder.layers

@@ -16,34 +16,40 @@ measured directly on held-out instances in the training format, with no retrieve
 Computed for the selected (QRHead) heads, random heads and random middle-layer heads (the Fig. 2 ablation's
 mechanism), cached as JSON under ``results/<profile>/signal/`` and shown in the report.
 
-    python -m dreambench.signal                       # mini: SmolLM2 judge, the profile's DREAM settings
-    python -m dreambench.signal --set methods.dream.judge=gemma3-270m --set methods.dream.gate_init=2
+    python -m dreambench.cli.signal_check                       # mini: SmolLM2 judge, the profile's DREAM settings
+    python -m dreambench.cli.signal_check --set methods.dream.judge=gemma3-270m --set methods.dream.gate_init=2
 
 Revela's counterpart (``--revela``, :func:`revela_start`): the co-trained LM's next-token loss on the first
 training batches without the in-batch term and with it, before any training — how far from the plain LM
 Revela's training starts.
 
-    python -m dreambench.signal --revela --batches 8
+    python -m dreambench.cli.signal_check --revela --batches 8
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import random
-import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
-from .attention import InjectionPlan
-from .config import RunConfig, fingerprint, method_params
-from .data.training import TrainingInstance
-from .judge import Judge, JudgeLayout, build_judge_inputs, judge_layout
-from .models.backbones import autocast_dtype
-from .workspace import Workspace, write_json_atomic
+from ...attention import InjectionPlan
+from ...config import RunConfig, fingerprint, method_params
+from ...data.loader import TrainingLoader
+from ...data.training import TrainingInstance, load_training_data
+from ...method import METHODS
+from ...models.backbones import autocast_dtype
+from ...models.lm import JudgeLayout, LanguageModel, build_judge_inputs, judge_layout
+from ...profiles import PROFILES
+from ...training.trainer import seed_everything
+from ...workspace import Workspace, git_info, write_json_atomic
+from .heads import load_or_rank_heads, select_heads
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +60,6 @@ SIGNAL_VERSION = 1  # bump when the measurement changes, so cached checks are re
 @dataclass(frozen=True)
 class SignalSettings:
     """Everything one check depends on besides the instances and the heads."""
-
     judge: str
     layout: str
     injected_rows: str
@@ -77,7 +82,7 @@ def _wrong_candidates(instances: list[TrainingInstance], seed: int) -> list[int]
 
 
 def measure_signal(
-    judge: Judge,
+    judge: LanguageModel,
     instances: list[TrainingInstance],
     heads: list[tuple[int, int]],
     settings: SignalSettings,
@@ -160,18 +165,13 @@ def summarise(per_instance: dict[str, list[float]], num_candidates: list[int]) -
 
 
 def _dream_params(config: RunConfig) -> Any:
-    from .method import METHODS
-
     return method_params(METHODS.get("dream").Params, config, "dream")
 
 
 def reproducing_command(config: RunConfig, head_sets: tuple[str, ...], max_instances: int | None) -> str:
-    """The ``python -m dreambench.signal`` call that gives this check: DREAM options that differ from the profile."""
-    from dataclasses import fields
-
-    from .profiles import PROFILES
-
-    words = ["python -m dreambench.signal", f"--profile {config.profile}"]
+    """The ``python -m dreambench.cli.signal_check`` call that gives this check: DREAM options that differ from
+    the profile."""
+    words = ["python -m dreambench.cli.signal_check", f"--profile {config.profile}"]
     if max_instances:
         words.append(f"--instances {max_instances}")
     if tuple(head_sets) != HEAD_SETS:
@@ -212,10 +212,6 @@ def signal_check(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run (or load) the check on the held-out instances for every head set; returns the stored payload."""
-    from .data.training import load_training_data
-    from .heads import load_or_rank_heads, select_heads
-    from .workspace import git_info
-
     unknown = [h for h in head_sets if h not in HEAD_SETS]
     if unknown:
         raise ValueError(f"unknown head set(s) {unknown}; known: {', '.join(HEAD_SETS)}")
@@ -229,10 +225,8 @@ def signal_check(
     key = fingerprint(SIGNAL_VERSION, settings, content, list(head_sets))
     path = signal_path(workspace, config, f"{Path(settings.judge).name}-{settings.layout}-{key}")
     if path.is_file() and not overwrite:
-        import json
-
         return {**json.loads(path.read_text()), "cached": True}  # the flag is not stored
-    judge = Judge.load(settings.judge, workspace).eval()
+    judge = LanguageModel.load(settings.judge, workspace).eval()
     p = _dream_params(config)
     ranking = load_or_rank_heads(
         judge, data.probe, workspace, p.probe_batch_size, p.max_doc_tokens, p.max_query_tokens,
@@ -286,12 +280,6 @@ def revela_start(config: RunConfig, workspace: Workspace, batches: int = 8) -> l
     """Revela's starting point, before any training: per training micro-batch (the loader's first ``batches``,
     as training takes them), the LM's next-token loss without and with the in-batch term
     (``Revela.starting_losses``), under the training precision. Rows of nats/token; ``ln V`` = uniform."""
-    import math
-
-    from .data.loader import TrainingLoader
-    from .data.training import load_training_data
-    from .method import METHODS
-    from .training.trainer import seed_everything
 
     if batches < 1:
         raise ValueError(f"--batches must be ≥ 1, got {batches}")
@@ -308,51 +296,3 @@ def revela_start(config: RunConfig, workspace: Workspace, batches: int = 8) -> l
     vocab = method.lm.causal_lm.get_output_embeddings().weight.shape[0]
     means = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0] if k != "batch"}
     return [*rows, {"batch": "mean", **means}, {"batch": "ln V", "plain": math.log(vocab)}]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m dreambench.signal [--profile mini] [--set KEY=VALUE] [--instances N]``: DREAM's signal check;
-    ``--revela [--batches N]``: Revela's starting losses (:func:`revela_start`)."""
-    import argparse
-
-    import pandas as pd
-
-    from .config import ConfigError, apply_overrides, parse_cli_overrides
-    from .profiles import DEFAULT_PROFILE, PROFILES
-    from .registry import UnknownNameError
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--profile", default=DEFAULT_PROFILE)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument(
-        "--instances", type=int, default=None, help="first N held-out instances (default all)"
-    )
-    parser.add_argument("--head-sets", default=",".join(HEAD_SETS))
-    parser.add_argument("--cache-dir")
-    parser.add_argument("--results-dir")
-    parser.add_argument("--overwrite", action="store_true")
-    parser.add_argument(
-        "--revela", action="store_true", help="Revela's starting losses instead (the LM without / with the in-batch term)"
-    )
-    parser.add_argument("--batches", type=int, default=8, help="--revela: training micro-batches measured")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = apply_overrides(
-            PROFILES.get(args.profile).config, parse_cli_overrides(args.set), where="--set"
-        )
-        workspace = Workspace.resolve(cache_dir=args.cache_dir, results_dir=args.results_dir)
-        if args.revela:
-            rows = revela_start(config, workspace, args.batches)
-        else:
-            head_sets = tuple(h.strip() for h in args.head_sets.split(",") if h.strip())
-            rows = format_rows(signal_check(config, workspace, head_sets, args.instances, args.overwrite))
-    except (ConfigError, UnknownNameError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.4f}", na_rep="–"))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

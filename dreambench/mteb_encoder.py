@@ -22,16 +22,17 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 from mteb.types import PromptType
 
-from ..config import ModelConfig, RunConfig, fingerprint
-from ..method import passage_text
+from .config import ModelConfig, RunConfig, fingerprint
+from .method import METHODS, DenseMethod, TrainedDenseMethod, passage_text
+from .models.backbones import BACKBONES
 
 if TYPE_CHECKING:
     from mteb.abstasks.task_metadata import TaskMetadata
     from torch.utils.data import DataLoader
 
-    from ..method import Method
-    from ..models.retriever import DenseRetriever
-    from ..workspace import Workspace
+    from .method import Method
+    from .models.retriever import DenseRetriever
+    from .workspace import Workspace
 
 
 def model_name(profile: str, method: str, experiment: str = "default") -> str:
@@ -69,8 +70,6 @@ def untrained_revision(model: ModelConfig) -> str:
 
 def method_revision(method: Method) -> str:
     """The revision of a prepared dense method's retriever."""
-    from ..method import DenseMethod, TrainedDenseMethod
-
     if isinstance(method, TrainedDenseMethod):
         return checkpoint_revision(method.checkpoint_dir())
     if isinstance(method, DenseMethod):
@@ -80,8 +79,6 @@ def method_revision(method: Method) -> str:
 
 def build_model_meta(retriever: DenseRetriever, name: str, revision: str) -> ModelMeta:
     """mteb metadata for ``retriever``: facts read from the model, ``None`` where nothing is known."""
-    from ..models.backbones import BACKBONES
-
     config = retriever.config
     params = list(retriever.parameters())
     embeddings = retriever.backbone.get_input_embeddings()
@@ -177,15 +174,13 @@ def mteb_encoder(
     (``Experiment.resolve(profile.config)``); ``experiment`` names the model. Online usage::
 
         import mteb
-        from dreambench.evaluation.mteb_encoder import mteb_encoder
+        from dreambench.mteb_encoder import mteb_encoder
         from dreambench.profiles import PROFILES
         from dreambench.workspace import Workspace
 
         encoder = mteb_encoder("dream", PROFILES.get("mini").config, Workspace.resolve())
         results = mteb.evaluate(encoder, tasks=mteb.get_tasks(tasks=["SciFact"]))
     """
-    from ..method import METHODS, DenseMethod
-
     cls = METHODS.get(method)
     if not issubclass(cls, DenseMethod):
         raise TypeError(f"method {method!r} is not a dense method; mteb needs an encoder")

@@ -18,16 +18,17 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .config import fingerprint
-from .data.training import TrainingInstance
-from .evaluation.metrics import evaluate
-from .judge import LAYOUTS, Judge, JudgeLayout, build_judge_inputs, judge_layout
-from .models.backbones import autocast_dtype
-from .workspace import Workspace, write_json_atomic
+from ...config import fingerprint
+from ...data.training import TrainingInstance
+from ...evaluation.metrics import evaluate
+from ...models.backbones import autocast_dtype
+from ...models.lm import LAYOUTS, JudgeLayout, LanguageModel, build_judge_inputs
+from ...workspace import Workspace, write_json_atomic
 
 log = logging.getLogger(__name__)
 
 STRATEGIES = ("qrhead", "random", "random-middle")
+QRHEAD_METRIC = "ndcg_at_10"  # QRHead scores a head by the NDCG@10 of its candidate ranking (Zhang et al. 2025)
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class HeadRanking:
         return [(h.layer, h.head) for h in self.heads[:count]]
 
 
-def head_scores(judge: Judge, probe: list[TrainingInstance], batch_size: int, max_doc_tokens: int,
+def head_scores(judge: LanguageModel, probe: list[TrainingInstance], batch_size: int, max_doc_tokens: int,
                 max_query_tokens: int, precision: str = "auto", progress: bool = True,
                 layout: JudgeLayout = LAYOUTS["natural"]) -> torch.Tensor:  # fmt: skip
     """Baseline-corrected attention mass r̃ for every probe instance → (N, layers, heads, K)."""
@@ -82,11 +83,11 @@ def rank_heads(corrected: torch.Tensor, probe: list[TrainingInstance], judge_nam
                 key = f"{n}:{layer}:{head}"
                 qrels[key] = {f"d{inst.target_index}": 1}
                 run[key] = {f"d{j}": float(corrected[n, layer, head, j]) for j in range(num_docs)}
-    per_query = evaluate(qrels, run, metrics=("ndcg_at_10",), ignore_identical_ids=False).per_query
+    per_query = evaluate(qrels, run, metrics=(QRHEAD_METRIC,), ignore_identical_ids=False).per_query
     totals = torch.zeros(num_layers, num_heads, dtype=torch.float64)
     for key, scores in per_query.items():
         _, layer, head = map(int, key.split(":"))
-        totals[layer, head] += scores["ndcg_at_10"]
+        totals[layer, head] += scores[QRHEAD_METRIC]
     means = totals / num_probe
     order = sorted(
         (
@@ -111,7 +112,7 @@ def ranking_path(
 
 
 def load_or_rank_heads(
-    judge: Judge, probe: list[TrainingInstance], workspace: Workspace, batch_size: int, max_doc_tokens: int,
+    judge: LanguageModel, probe: list[TrainingInstance], workspace: Workspace, batch_size: int, max_doc_tokens: int,
     max_query_tokens: int, precision: str = "auto", layout: JudgeLayout = LAYOUTS["natural"],
 ) -> HeadRanking:  # fmt: skip
     settings = {
@@ -175,42 +176,3 @@ def select_heads(
     else:
         raise ValueError(f"head_selection: unknown strategy {strategy!r}; known: {STRATEGIES}")
     return sorted(rng.sample(pool, count))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m dreambench.heads [--profile mini] [--top 16]``: rank (or load) the judge's heads and print them."""
-    import argparse
-
-    from .config import apply_overrides, method_params, parse_cli_overrides
-    from .data.training import load_training_data
-    from .profiles import DEFAULT_PROFILE, PROFILES
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--profile", default=DEFAULT_PROFILE)
-    parser.add_argument("--top", type=int, default=16)
-    parser.add_argument("--cache-dir")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = apply_overrides(PROFILES.get(args.profile).config, parse_cli_overrides(args.set), where="--set")
-    workspace = Workspace.resolve(cache_dir=args.cache_dir)
-    from .method import METHODS
-
-    params = method_params(METHODS.get("dream").Params, config, "dream")
-    judge = Judge.load(params.judge or config.model.backbone, workspace)
-    probe = load_training_data(config, workspace).probe
-    ranking = load_or_rank_heads(
-        judge, probe, workspace, params.probe_batch_size, params.max_doc_tokens, params.max_query_tokens,
-        config.train.precision, judge_layout(params.layout),
-    )  # fmt: skip
-    print(
-        f"{ranking.judge}: {ranking.num_layers} layers × {ranking.num_heads} heads, probe size {ranking.probe_size}"
-    )
-    print("rank  (layer, head)  NDCG@10")
-    for rank, head in enumerate(ranking.heads[: args.top], 1):
-        print(f"{rank:>4}  ({head.layer:>2}, {head.head:>2})     {head.score:.4f}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,359 @@
+"""Train every method on the same data, evaluate, and regenerate the report.
+
+python run_all.py                                   # the offline default profile (mini)
+python run_all.py --list                            # methods, datasets, profiles, experiments
+python run_all.py --methods bm25 --datasets nano-scifact    # one method on one shipped set
+python run_all.py --dry-run                         # what would run, and what is cached
+python run_all.py --set train.steps=50 --set methods.bm25.k1=1.2
+python run_all.py --tune                            # select each trained method's hyperparameters (held-out)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from .. import distributed, report
+from ..config import ConfigError, apply_overrides, load_config_file, parse_cli_overrides
+from ..data.training import load_training_data
+from ..method import METHODS, add_method_path
+from ..plan import expected_fingerprint, plan_jobs, stage_jobs
+from ..profiles import DEFAULT_PROFILE, PROFILES, with_experiments
+from ..registry import UnknownNameError
+from ..runner import Runner
+from ..study import STUDIES
+from ..tasks import TASKS, load_task, task_spec, user_folders
+from ..tuning import check_grid, describe
+from ..tuning import tune as search
+from ..workspace import Workspace, git_info
+from .stages import run_stages
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def _seeds(value: str | None) -> list[int] | None:
+    if not value:
+        return None
+    try:
+        seeds = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--seeds expects comma-separated integers, got {value!r}") from None
+    if any(seed < 0 for seed in seeds):
+        raise ValueError(f"--seeds expects non-negative integers, got {value!r}")
+    return seeds
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--list", action="store_true", help="list methods, datasets, profiles and exit")
+    parser.add_argument("--profile", default=None, help="smoke | mini (default) | paper")
+    parser.add_argument(
+        "--methods", action="append", help="comma-separated method names (default: the profile's)"
+    )
+    parser.add_argument(
+        "--datasets", action="append", help="comma-separated dataset names (default: the profile's)"
+    )
+    parser.add_argument(
+        "--experiments", action="append", help="experiment names, e.g. default or dream/heads-top4"
+    )
+    parser.add_argument("--data-dir", help="BEIR datasets folder (default: $DREAMBENCH_DATA, else ./data)")
+    parser.add_argument(
+        "--cache-dir", help="models, indexes, training data (default: $DREAMBENCH_CACHE, else ./cache)"
+    )
+    parser.add_argument(
+        "--results-dir", help="result JSON files (default: $DREAMBENCH_RESULTS, else ./results)"
+    )
+    parser.add_argument(
+        "--reports-dir", help="rendered tables (default: $DREAMBENCH_REPORTS, else ./reports)"
+    )
+    parser.add_argument(
+        "--config", help="TOML file with [model]/[data]/[train]/[eval]/[methods.<name>] tables"
+    )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override, e.g. train.lr=1e-4"
+    )
+    parser.add_argument(
+        "--seeds",
+        help="comma-separated training seeds for every trained experiment, e.g. 0,1,2 (default: the profile's: "
+        "the main table's seeds, an ablation's own, else train.seed)",
+    )
+    parser.add_argument(
+        "--no-signal-check",
+        action="store_true",
+        help="skip the studies' once-per-profile stages (DREAM's signal check), run after the main table",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print what would run and exit")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="verify that the committed report is what this code produces (fingerprints, re-rendering); "
+        "exit 1 if not",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="recompute results even if cached")
+    parser.add_argument(
+        "--render-only", action="store_true", help="only re-render the report from stored results"
+    )
+    parser.add_argument(
+        "--build-data",
+        action="store_true",
+        help="build the profile's training data and built evaluation sets, then exit",
+    )
+    parser.add_argument(
+        "--tune",
+        action="store_true",
+        help="select each trained method's hyperparameters on held-out training-format instances (the "
+        "profile's grids; cached, resumable), then render the report's Tuning section",
+    )
+    parser.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run only every N-th job of the plan, starting at job I (0-based): N independent processes or "
+        "SLURM array tasks share one results folder; render afterwards with --render-only",
+    )
+    parser.add_argument(
+        "--methods-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of your own method adapters (every *.py in it is imported; also $DREAMBENCH_METHODS_PATH)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser
+
+
+def _user_settings_win(profile, keys: set[str]):
+    """A key the user sets with --set overrides the profile's committed tuned value for it (which every
+    experiment of the method otherwise carries as an override)."""
+    def strip(exp):
+        tuned = set(profile.tuned.get(exp.method, {})) & keys
+        return replace(exp, overrides={k: v for k, v in exp.overrides.items() if k not in tuned})
+
+    return with_experiments(profile, tuple(strip(e) for e in profile.experiments))
+
+
+def _shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard {text!r}: expected I/N, e.g. 0/4") from None
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"--shard {text!r}: I must lie in [0, N) and N be at least 1")
+    return index, count
+
+
+def tune(profile, config, methods, workspace) -> int:
+    """``--tune``: the profile's grid search for each method; say whether the committed values agree."""
+    stale = []
+    for method in methods:
+        record = search(profile, config, method, workspace)
+        print(f"{method}: chose {record['chosen']}")
+        for point in record["points"]:
+            mrr = point.get("heldout_mrr")
+            print(f"    {point['axis']:<28} {point['value']!s:<8} held-out MRR "
+                  f"{'failed' if mrr is None else f'{mrr:.4f}'}")  # fmt: skip
+        if dict(profile.tuned.get(method, {})) != record["chosen"]:
+            stale.append(method)
+    path = render_report(profile, workspace)
+    if stale:
+        print(f"\nthe profile's committed values differ for {', '.join(stale)}: copy the choices above into "
+              f"the profile's `tuned` values (dreambench/profiles.py) so the default run uses them")  # fmt: skip
+    if path:
+        print(f"report: {path}")
+    return 0
+
+
+def build_data(config, workspace) -> int:
+    """Build (or reuse) the shared training instances and the suite-built evaluation sets; print a summary."""
+    start = time.perf_counter()
+    data = load_training_data(config, workspace)
+    counts = data.manifest["instances"]
+    print(f"training data ({config.data.source}, K={config.data.num_candidates}, queries: {config.data.query_source}"
+          f"{' by ' + config.data.query_generator if config.data.query_source == 'generate' else ''}): "
+          f"{counts['train']} train, {counts['heldout']} held-out, {counts['probe']} probe instances, "
+          f"{data.manifest['queries_failed']} failed queries -> {data.folder}")  # fmt: skip
+    for name in config.eval.datasets:
+        if task_spec(name, workspace.data_dir).builder is not None:
+            task = load_task(name, workspace, config)
+            print(f"{name}: {len(task.queries)} queries, {len(task.corpus)} documents -> {task.source}")
+    print(f"done in {time.perf_counter() - start:.1f}s")
+    return 0
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+def default_plan(name: str) -> list[tuple[str, str, str, str]]:
+    """Every result of the registered profile's default plan (``python run_all.py --profile <name>``) as
+    (stage, method, experiment, dataset), in the order it runs: the report lists those not stored yet."""
+    if name not in PROFILES:
+        return []
+    profile = PROFILES.get(name)
+    return [(stage, job.experiment.method, job.experiment.name, dataset)
+            for stage, jobs in stage_jobs(plan_jobs(profile, profile.config))
+            for job in jobs for dataset in job.datasets]  # fmt: skip
+
+
+def render_report(profile, workspace) -> Path | None:
+    """Re-render ``reports/<profile>/`` from the stored results."""
+    return report.render(workspace.results_dir, workspace.reports_dir, profile.name, default_plan(profile.name))
+
+
+def study_stages(jobs, workspace) -> list:
+    """Each study's once-per-profile stage over the planned jobs, as (stage name, work) pairs for
+    :func:`run_stages`."""
+    return [(study.stage_name, lambda study=study: study.run_stage(jobs, workspace))
+            for _, study in STUDIES.items() if study.stage_name]  # fmt: skip
+
+
+def check(profile, workspace) -> int:
+    """``--check``: every result in the committed report has the fingerprint this code would give it."""
+    def expected(method: str, experiment: str, dataset: str) -> str:
+        return expected_fingerprint(profile, method, experiment, dataset, workspace)
+
+    problems = report.check_report(
+        workspace.reports_dir, workspace.results_dir, profile.name, expected, default_plan(profile.name)
+    )
+    provenance = workspace.reports_dir / profile.name / report.PROVENANCE
+    if provenance.is_file():
+        import pandas as pd  # heavy at start-up: only --check reads the provenance table
+
+        table = pd.read_csv(provenance, dtype=str, keep_default_na=False)
+        head = git_info()["commit"]
+        older = table[(table.commit != head) | (table.dirty == "True")]
+        for (commit, dirty), rows in older.groupby(["commit", "dirty"]):
+            print(f"{len(rows)} result(s) computed at {commit[:10]}{' (uncommitted changes)' if dirty == 'True' else ''}"
+                  f", not at the checkout {str(head)[:10]}: their fingerprints are checked above")  # fmt: skip
+    for line in problems:
+        print(f"check: {line}", file=sys.stderr)
+    print(f"{workspace.reports_dir / profile.name}: " + ("consistent with this code" if not problems else
+                                                          f"{len(problems)} problem(s)"))  # fmt: skip
+    return 1 if problems else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    for noisy in ("httpx", "urllib3", "filelock", "huggingface_hub", "jnius", "beir", "faiss", "bm25s"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    if distributed.init_from_env() and not distributed.is_main():
+        logging.getLogger().setLevel(logging.WARNING)  # rank 0 logs for the group
+    try:
+        for folder in args.methods_path:
+            add_method_path(Path(folder))
+        profile = PROFILES.get(args.profile or DEFAULT_PROFILE)
+        if args.list:
+            print("methods:")
+            for name, cls in METHODS.items():
+                print(f"  {name:<14} {cls.description}")
+            print("datasets:")
+            for name, spec in TASKS.items():
+                print(f"  {name:<24} {spec.suite:<9} {spec.description}")
+            workspace = Workspace.resolve(args.data_dir, args.cache_dir, args.results_dir, args.reports_dir)
+            own = user_folders(workspace.data_dir)
+            if own:
+                print(f"  your BEIR folders in {workspace.data_dir} (evaluable by name):")
+                for name in own:
+                    print(f"  {name:<24} user")
+            print("profiles:")
+            for name, prof in PROFILES.items():
+                print(f"  {name:<8} {prof.description}")
+                for exp in prof.experiments:
+                    print(f"      {exp.method}/{exp.name}  [{exp.group}] {exp.description}")
+            return 0
+        config = profile.config
+        if args.config:
+            config = load_config_file(args.config, config, check_method=METHODS.get)
+        if args.set:
+            config = apply_overrides(config, parse_cli_overrides(args.set), where="--set", check_method=METHODS.get)
+            profile = _user_settings_win(profile, set(parse_cli_overrides(args.set)))
+        workspace = Workspace.resolve(args.data_dir, args.cache_dir, args.results_dir, args.reports_dir)
+        if args.build_data:
+            return build_data(config, workspace)
+        if args.check:
+            return check(profile, workspace)
+        if args.render_only:
+            path = render_report(profile, workspace)
+            print(f"report: {path}" if path else "no stored results to render")
+            return 0
+        if args.tune:
+            tuning = _split(args.methods) or list(profile.tuning)
+            check_grid(profile, config, tuning, workspace)  # every grid point is valid, before any work
+        else:
+            jobs = plan_jobs(
+                profile,
+                config,
+                _split(args.methods),
+                _split(args.datasets),
+                _split(args.experiments),
+                _seeds(args.seeds),
+                workspace.data_dir,
+            )
+            shard = _shard(args.shard)
+            if shard:
+                jobs = jobs[shard[0] :: shard[1]]
+            runner = Runner(workspace, overwrite=args.overwrite)
+            runner.preflight(jobs)  # bad parameters or dataset files stop here, before any work
+    except (ConfigError, UnknownNameError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    if args.tune and args.dry_run:
+        print(f"profile {config.profile}; cache {workspace.cache_dir}; results {workspace.results_dir}")
+        print("\n".join(line for method in tuning for line in describe(profile, config, method, workspace)))
+        return 0
+    if args.tune:
+        return tune(profile, config, tuning, workspace)
+    if args.dry_run:
+        print(f"profile {config.profile}; data {workspace.data_dir}; cache {workspace.cache_dir}; "
+              f"results {workspace.results_dir}")  # fmt: skip
+        print("\n".join(runner.describe(jobs)))
+        return 0
+    start = time.perf_counter()
+    # DREAM's signal check is a diagnostic for the report (minutes per head set): after the main table
+    studies = [] if args.no_signal_check else study_stages(jobs, workspace)
+    render = None if args.shard else (lambda: render_report(profile, workspace))
+    outcomes = run_stages(runner, jobs, workspace, config.profile, start, render=render, after_main=studies)
+    if not distributed.is_main():
+        return 0  # rank 0 renders and prints
+    path = None if args.shard else render_report(profile, workspace)
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("computed", "cached", "skipped", "failed")}
+    print(f"\n{', '.join(f'{n} {s}' for s, n in counts.items())} in {time.perf_counter() - start:.1f}s")
+    for o in outcomes:
+        if o.scores:
+            print(f"  {o.key.method}/{o.key.experiment:<16} {o.key.dataset:<22} ndcg@10 {o.scores['ndcg_at_10']:.4f}"
+                  f"  ({o.status})")  # fmt: skip
+        else:
+            print(f"  {o.key.method}/{o.key.experiment:<16} {o.key.dataset:<22} {o.status}: {o.message}")
+    if path:
+        print(f"report: {path}")
+    return 1 if counts["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

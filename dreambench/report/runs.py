@@ -1,0 +1,187 @@
+"""What was run and how: the commands that recompute the results, what the plan has not stored yet, the wall
+time per stage, and the tuning searches."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..method import METHODS
+from ..profiles import DEFAULT_PROFILE, PROFILES
+from ..results import SEED_MARK, ResultKey, iter_results, load_stage_records, load_tuning
+from ..tasks import TASKS
+from .frame import dataset_order, row_label
+
+
+def reproduce_commands(results_dir: Path, profile: str) -> list[str]:
+    """The ``run_all.py`` commands that recompute every stored result of ``profile`` (one per group of
+    methods sharing experiment, seeds and datasets); a dataset outside the package needs ``--data-dir``."""
+    runs: dict[tuple[str, str, int], set[str]] = {}
+    for p in iter_results(results_dir, profile):
+        base, _, seed = p["experiment"].partition(SEED_MARK)
+        k = int(seed) if seed else int((p.get("config") or {}).get("train", {}).get("seed", 0))
+        runs.setdefault((p["method"], base, k), set()).add(p["dataset"])
+    by_datasets: dict[tuple[str, str, tuple[str, ...]], list[int]] = {}
+    for (method, experiment, seed), datasets in sorted(runs.items()):
+        key = (method, experiment, tuple(sorted(datasets, key=dataset_order)))
+        by_datasets.setdefault(key, []).append(seed)
+    groups: dict[tuple[str, tuple[int, ...], tuple[str, ...]], list[str]] = {}
+    for (method, experiment, datasets), seeds in by_datasets.items():
+        groups.setdefault((experiment, tuple(seeds), datasets), []).append(method)
+    lines = []
+    for (experiment, seeds, datasets), methods in groups.items():
+        external = [
+            d for d in datasets if not (d in TASKS and (TASKS.get(d).shipped or TASKS.get(d).builder))
+        ]
+        command = (
+            f"python run_all.py --profile {profile} --methods {','.join(methods)} --experiments {experiment}"
+        )
+        # trained methods: the seeds always, since without --seeds the profile would pick its own
+        trained = any(METHODS.get(m).trainable for m in methods if m in METHODS)
+        command += f" --seeds {','.join(map(str, seeds))}" if trained else ""
+        command += f" --datasets {','.join(datasets)}"
+        command += " --data-dir <folder with the BEIR datasets>" if external else ""
+        lines.append(f"- `{command}`")
+    return lines
+
+
+def pending_lines(
+    planned: Sequence[tuple[str, str, str, str]], results_dir: Path, profile: str
+) -> tuple[list[str], list[str]]:
+    """What the profile's default plan (``python run_all.py --profile <profile>``) has not stored yet: one
+    line per experiment with missing results, and the main-table rows that have no result at all.
+
+    ``planned``: every result of the plan as (stage, method, experiment, dataset), in the order it runs them.
+    """
+    missing: dict[str, list[str]] = {}  # in the order the plan runs them
+    stage_of: dict[str, str] = {}
+    for stage, method, experiment, dataset in planned:
+        if not ResultKey(profile, method, experiment, dataset).json_path(results_dir).is_file():
+            name = f"{method}/{experiment}"
+            missing.setdefault(name, []).append(dataset)
+            stage_of[name] = stage
+    if not missing:
+        return [], []
+    count = sum(len(v) for v in missing.values())
+    lines = [
+        f"**Still to run: {count} of the {len(planned)} results of the default plan** (`python run_all.py --profile "
+        f"{profile}` runs them in this order: main table first, then ablations, then further seeds; missing "
+        "cells are –):",
+        "",
+        *[f"- {name}: {len(sets)} set(s) ({stage_of[name]})" for name, sets in missing.items()],
+        "",
+    ]
+    main_rows = sorted(
+        row_label(*name.split("/", 1))
+        for name in missing
+        if SEED_MARK not in name and name.endswith("/default")
+    )
+    return lines, main_rows
+
+
+def machine_label(machine: dict[str, Any]) -> str:
+    device = machine.get("cuda_device") or f"{machine.get('cpus', '?')} CPU cores"
+    if machine.get("cpu") and not machine.get(
+        "cuda_device"
+    ):  # recorded since the CPU model was; older: absent
+        isa = f", torch kernels {machine['cpu_capability']}" if machine.get("cpu_capability") else ""
+        device += f" ({machine['cpu']}{isa})"
+    return f"{device}, {machine.get('torch_threads', '?')} torch threads, {machine.get('platform', '?')}"
+
+
+def _tune_command(profile: str, methods: list[str]) -> str:
+    option = "" if profile == DEFAULT_PROFILE else f" --profile {profile}"
+    return f"python run_all.py{option} --tune --methods {','.join(methods)}"
+
+
+def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[str]]:
+    """Every grid point of ``run_all.py --tune`` (held-out MRR and losses), which was chosen, and whether the
+    values committed in the profile are the search's choice."""
+    records = load_tuning(results_dir, profile)
+    committed = PROFILES.get(profile).tuned if profile in PROFILES else {}
+    rows, lines = [], []
+    for method, record in records.items():
+        chosen = record.get("chosen") or {}
+        for n, point in enumerate(record["points"]):
+            final_axis = record["complete"] and point["overrides"] == chosen
+            rows.append({
+                "method": method, "#": n + 1, "axis": point["axis"].split(".")[-1], "value": point["value"],
+                "held-out MRR": point.get("heldout_mrr"), "held-out top-1": point.get("heldout_top1"),
+                "first loss": point.get("first_loss"), "final loss": point.get("final_loss"),
+                "chance loss": point.get("chance_loss"), "τ end": point.get("tau"), "g end": point.get("gate"),
+                "train min": (point.get("train_seconds") or 0) / 60 or None,
+                "chosen": "✔" if final_axis else ("failed" if point.get("failed") else ""),
+            })  # fmt: skip
+        if not record["complete"]:
+            n_points = len(record["points"])
+            lines.append(f"- {method}: search incomplete ({n_points} point{'s' if n_points != 1 else ''} so far; "
+                         f"the main table runs at the profile's values {dict(committed.get(method, {}))}; resume with "
+                         f"`{_tune_command(profile, [method])}`; a point whose checkpoint is in the cache is loaded, "
+                         f"one whose checkpoint is not, e.g. in a fresh clone, is trained again).")  # fmt: skip
+        elif dict(committed.get(method, {})) == chosen:
+            lines.append(f"- {method}: chose {chosen}; the profile uses these values.")
+        else:
+            lines.append(f"- {method}: chose {chosen}, but the profile commits {dict(committed.get(method, {}))}: "
+                         "the main table does not use the search's choice.")  # fmt: skip
+    untuned = sorted(set(PROFILES.get(profile).tuning) - set(records)) if profile in PROFILES else []
+    if untuned:
+        lines.append(f"- not tuned yet (run at the profile's values): {', '.join(untuned)}; search with "
+                     f"`{_tune_command(profile, untuned)}`.")  # fmt: skip
+    machines = sorted({machine_label(r["machine"]) for r in records.values() if r.get("machine")})
+    if machines:
+        lines.append(f"- searched on (the last invocation to write each record): {'; '.join(machines)}; "
+                     "`train min` depends on the machine.")  # fmt: skip
+    table = pd.DataFrame(rows).dropna(axis=1, how="all") if rows else pd.DataFrame()
+    return table, lines
+
+
+# run_all.py's stages in the order it runs them; a study's own stage (its extra stage) runs between the two
+STAGES_BEFORE_STUDIES = ("training data", "main table")
+STAGES_AFTER_STUDIES = ("ablations", "further seeds")
+
+
+def stage_times(
+    results_dir: Path, profile: str, study_stages: Sequence[str] = ()
+) -> tuple[pd.DataFrame, list[str]]:
+    """Wall time per stage of ``run_all.py`` (summed over the invocations that ran it: an interrupted run
+    resumed later counts both parts), with the runs it computed and found cached → (table, notes).
+    ``study_stages``: the names of the studies' own stages, shown after the main table."""
+    records = load_stage_records(results_dir, profile)
+    if not records:
+        return pd.DataFrame(), []
+    rows = []
+    for stage, group in pd.DataFrame(records).groupby("stage", sort=False):
+        outcomes = collections.Counter()
+        for counts in group.outcomes:
+            outcomes.update(counts or {})
+        rows.append({
+            "stage": stage,
+            "wall min": group.seconds.sum() / 60,
+            "invocations": len(group),
+            "interrupted": int((~group.finished.astype(bool)).sum()),
+            "computed": outcomes.get("computed", 0),
+            "cached": outcomes.get("cached", 0),
+            "failed": outcomes.get("failed", 0),
+            "commits": ", ".join(sorted({str(c)[:10] for c in group.commit})),
+        })  # fmt: skip
+    table = pd.DataFrame(rows)
+    order = (*STAGES_BEFORE_STUDIES, *study_stages, *STAGES_AFTER_STUDIES)
+    table["order"] = [order.index(s) if s in order else len(order) for s in table.stage]
+    table = table.sort_values(["order", "stage"]).drop(columns="order").set_index("stage")
+    machines = sorted({machine_label(r.get("machine") or {}) for r in records})
+    notes = ["`computed` / `cached` / `failed`: results (a run on one dataset) for the runs' stages, data "
+             "configurations built for *training data*" + "".join(f", checks for *{s}*" for s in study_stages)
+             + ". An invocation that computed nothing in a stage (a re-run over the cache) leaves no record; "
+             "`interrupted`: invocations stopped inside the stage, counted up to their last finished run.",
+             f"Machine(s): {'; '.join(machines)}. Commands (local folder options left out): "
+             + "; ".join(f"`{c}`" for c in sorted({r['command'] for r in records})) + "."]  # fmt: skip
+    upto = [s for s in STAGES_BEFORE_STUDIES if s in table.index]
+    if "main table" in table.index:
+        notes.append(f"The main table took {table.loc[upto, 'wall min'].sum():.1f} min of wall time "
+                     f"({' + '.join(upto)}), counting only what these invocations computed; cached results "
+                     "take seconds.")  # fmt: skip
+    return table, [line for note in notes for line in (note, "")][:-1]

@@ -1,0 +1,132 @@
+"""Statistics the report states: paired significance over queries, and whether a training run learned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..results import SEED_MARK, iter_results
+from .frame import dataset_order, row_label
+
+SIGNIFICANCE_TEST = "paired two-sided Student's t-test over queries (ranx), Bonferroni-corrected"
+SIGNIFICANCE_LEVELS = ((0.01, "‡"), (0.05, "†"))
+
+ANY_SEED = "any"  # the seed column of a result that no training seed produced
+
+
+def per_query_scores(
+    results_dir: Path, profile: str, metric: str = "ndcg_at_10"
+) -> dict[tuple[str, str], pd.DataFrame]:
+    """(row, dataset) → per-query ``metric`` of the main-table rows, one column per training seed (one column
+    ``ANY_SEED`` for a row that does not train: BM25 and the untrained retriever are the same at every seed)."""
+    collected: dict[tuple[str, str], dict[int | str, pd.Series]] = {}
+    for payload in iter_results(results_dir, profile):
+        if payload.get("experiment_group", "main") != "main" or not payload.get("per_query"):
+            continue
+        row = row_label(payload["method"], payload["experiment"].split(SEED_MARK)[0])
+        values = pd.Series({q: s.get(metric, 0.0) for q, s in payload["per_query"].items()}, dtype=float)
+        seed = int(payload.get("seed") or 0) if payload.get("training") else ANY_SEED  # BM25 has no seed
+        collected.setdefault((row, payload["dataset"]), {})[seed] = values
+    # a query a seed did not rank counts 0 (pytrec_eval reports no score for it)
+    return {key: pd.DataFrame(runs).fillna(0.0) for key, runs in collected.items()}
+
+
+def significance(results_dir: Path, profile: str, reference: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per dataset, ``reference`` against every other main-table row: the corrected p-value of a paired
+    t-test over queries, on the training seeds both rows ran (per-query NDCG@10 averaged over those seeds: a
+    row with more seeds is not compared by its mean against another's single run). Rows = the other methods,
+    columns = datasets; the family corrected for is the comparisons made on one dataset. Returns the p-values
+    and, in the same layout, the seeds each comparison used ("0,1,2")."""
+    from ranx.statistical_tests import paired_student_t_test
+
+    scores = per_query_scores(results_dir, profile)
+    table: dict[str, dict[str, float]] = {}
+    used: dict[str, dict[str, str]] = {}
+    for dataset in sorted({d for _, d in scores}, key=dataset_order):
+        if (reference, dataset) not in scores:
+            continue
+        ours_all = scores[(reference, dataset)]
+        others = [row for row, d in scores if d == dataset and row != reference]
+        for row in others:
+            theirs_all = scores[(row, dataset)]
+            if list(theirs_all.columns) == [ANY_SEED]:  # the same model at every seed of ours
+                theirs_all = pd.DataFrame({k: theirs_all[ANY_SEED] for k in ours_all.columns})
+            seeds = sorted(set(ours_all.columns) & set(theirs_all.columns), key=str)
+            if not seeds:
+                continue
+            ours, theirs = ours_all[seeds].mean(axis=1), theirs_all[seeds].mean(axis=1)
+            queries = ours.index.union(theirs.index)
+            a = ours.reindex(queries, fill_value=0.0).to_numpy()
+            b = theirs.reindex(queries, fill_value=0.0).to_numpy()
+            if len(queries) < 2 or (a == b).all():
+                p_value = 1.0
+            else:
+                p_value, _ = paired_student_t_test(a, b, max_p=0.05)
+            table.setdefault(row, {})[dataset] = min(1.0, float(p_value) * len(others))
+            used.setdefault(row, {})[dataset] = ",".join(map(str, seeds))
+    return pd.DataFrame(table).T, pd.DataFrame(used).T
+
+
+def significance_mark(p_value: float) -> str:
+    return next((mark for level, mark in SIGNIFICANCE_LEVELS if p_value < level), "")
+
+
+def learned(before: float, after: float, instances: int) -> bool:
+    """A run learned when its held-out top-1 is clearly above the untrained one: the exact (Clopper–Pearson)
+    95% interval of the trained top-1 over the held-out instances lies above the untrained value."""
+    from scipy.stats import binomtest
+
+    hits = round(after * instances)
+    return bool(binomtest(hits, instances).proportion_ci(0.95, method="exact").low > before)
+
+
+def _runs_by_method(training: pd.DataFrame):
+    """The training table's rows grouped by method/experiment (the seeds of one row together)."""
+    return training.groupby(training.index.str.replace(r" \[seed .*\]$", "", regex=True))
+
+
+def seeds_learned(training: pd.DataFrame | None) -> dict[str, tuple[int, int]]:
+    """Per trained method/experiment: (seeds that learned, see :func:`learned`; seeds run)."""
+    if training is None or training.empty:
+        return {}
+    return {name: (sum(learned(b, a, int(n)) for b, a, n in zip(rows["held-out top-1 before"],
+                                                              rows["held-out top-1 after"],
+                                                              rows["held-out instances"], strict=True)), len(rows))
+            for name, rows in _runs_by_method(training)}  # fmt: skip
+
+
+def learning_verdicts(training: pd.DataFrame) -> list[str]:
+    """Per trained method/experiment: in how many seeds did the held-out top-1 rise, and by how much."""
+    if training.empty:
+        return []
+    lines = []
+    learned_seeds = seeds_learned(training)
+    for name, rows in _runs_by_method(training):
+        before, after = rows["held-out top-1 before"], rows["held-out top-1 after"]
+        rose = learned_seeds[name][0]
+        lines.append(
+            f"- `{name}`: learned in {rose} of {len(rows)} seed(s); held-out top-1 mean {before.mean():.3f} → "
+            f"{after.mean():.3f} (per seed: {', '.join(f'{a:.2f}' for a in after)}; chance "
+            f"{rows['chance top-1'].mean():.3f})"
+            + ("" if rose == len(rows) else " — **did not learn in every seed**")
+        )
+    return lines + [
+        "",
+        "A run *learned* when its held-out top-1 is clearly above the untrained one: the exact (Clopper–Pearson) "
+        "95% interval of the trained top-1 over the held-out instances lies above the untrained value.",
+        "",
+    ]
+
+
+def runs_learned(training: pd.DataFrame | None) -> dict[tuple[str, int], bool]:
+    """(method/experiment, seed) → whether that training run learned (:func:`learned`)."""
+    if training is None or training.empty:
+        return {}
+    out = {}
+    for label, row in training.iterrows():
+        name, _, seed = str(label).rpartition(" [seed ")
+        out[(name, int(float(seed.rstrip("]"))))] = learned(
+            row["held-out top-1 before"], row["held-out top-1 after"], int(row["held-out instances"])
+        )
+    return out

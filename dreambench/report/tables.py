@@ -1,0 +1,222 @@
+"""Tables computed from the results frame alone (no files read or written), and their Markdown form."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..tasks import TASKS
+from .frame import average_groups, in_row_order, row_label, row_seeds, score_table
+from .statistics import runs_learned, significance_mark
+
+
+def markdown_table(table: pd.DataFrame, floatfmt: str | tuple[str, ...] = ".4f") -> str:
+    if table.empty:
+        return "_(no results)_"
+    return table.astype(object).where(table.notna(), None).to_markdown(floatfmt=floatfmt, missingval="–")
+
+
+def average_note(table: pd.DataFrame) -> list[str]:
+    """One line per ``avg …`` column naming the datasets it is taken over (those every row has)."""
+    lines = []
+    for label, columns in average_groups([c for c in table.columns if not c.startswith("avg ")]).items():
+        if label in table.columns:
+            shared = [c for c in columns if table[c].notna().all()]
+            lines.append(
+                f"`{label}`: mean over {', '.join(shared)} (the datasets of that block every row has)."
+            )
+    return lines + [""] if lines else []
+
+
+def seed_table(frame: pd.DataFrame, metric: str = "ndcg_at_10") -> pd.DataFrame:
+    """Rows with several training seeds: 'mean ± std (n)' per dataset (sample std over seeds)."""
+    sub = frame[(frame.metric == metric) & (frame.group == "main")]
+    sub = sub.assign(row=[row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
+    stats = sub.groupby(["row", "dataset"])["value"].agg(["mean", "std", "count"])
+    stats = stats[stats["count"] > 1]
+    if stats.empty:
+        return pd.DataFrame()
+    cells = stats.apply(lambda r: f"{r['mean']:.4f} ± {r['std']:.4f} ({int(r['count'])})", axis=1)
+    cells = cells.unstack("dataset")
+    return cells.loc[in_row_order(cells.index)]
+
+
+def per_seed_table(
+    frame: pd.DataFrame, training: pd.DataFrame | None = None, metric: str = "ndcg_at_10"
+) -> pd.DataFrame:
+    """The main table's rows with several training seeds, one row per run ("dream [seed 2]"), with the block
+    averages of :func:`score_table` and, where ``training`` knows the run, whether it learned."""
+    sub = frame[(frame.metric == metric) & (frame.group == "main") & frame.seed.notna()]
+    labels = [row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)]
+    several = {row for row, seeds in row_seeds(sub).items() if len(seeds) > 1}
+    keep = [label in several for label in labels]
+    if not any(keep):
+        return pd.DataFrame()
+    sub, labels = sub[keep], [label for label, k in zip(labels, keep, strict=True) if k]
+    runs = sub.assign(method=[f"{label} [seed {int(k)}]" for label, k in zip(labels, sub.seed, strict=True)],
+                      experiment="default")  # fmt: skip
+    table = score_table(runs, metric)
+    learned_runs = runs_learned(training)
+    if learned_runs:
+        flags = {}
+        for run in table.index:
+            name, _, seed = run.rpartition(" [seed ")
+            known = learned_runs.get((name, int(seed.rstrip("]"))))
+            flags[run] = "–" if known is None else ("yes" if known else "no")
+        table["learned"] = pd.Series(flags)
+    return table
+
+
+def display_table(frame: pd.DataFrame, main: pd.DataFrame, p_values: pd.DataFrame) -> pd.DataFrame:
+    """The main table for reading: 'mean ± std' over seeds where a row has several, and a mark where the
+    reference method differs significantly from that row on that dataset."""
+    sub = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main")]
+    sub = sub.assign(row=[row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
+    stats = sub.groupby(["row", "dataset"])["value"].agg(["std", "count"])
+    shown = main.astype(object).copy()
+    for row in main.index:
+        for column in main.columns:
+            value = main.at[row, column]
+            if pd.isna(value):
+                continue
+            cell = f"{value:.4f}"
+            if (row, column) in stats.index and stats.at[(row, column), "count"] > 1:
+                cell += f" ± {stats.at[(row, column), 'std']:.4f}"
+            if row in p_values.index and column in p_values.columns and pd.notna(p_values.at[row, column]):
+                cell += significance_mark(p_values.at[row, column])
+            shown.at[row, column] = cell
+    return shown
+
+
+def fidelity(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Nano vs full corpus, per dataset: NDCG@10 of every main-table method that has both (same seeds),
+    and whether the two orders of the methods agree (Kendall's τ over methods)."""
+    sub = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main") & (frame.experiment == "default")]
+    cells, lines = {}, []
+    for nano in sorted(n for n in set(sub.dataset) if n in TASKS and TASKS.get(n).is_nano):
+        base = TASKS.get(nano).base
+        both = sub[sub.dataset.isin([nano, base])]
+        pivot = both.pivot_table(index=["method", "seed"], columns="dataset", values="value", aggfunc="first")
+        if base not in pivot.columns or nano not in pivot.columns:
+            continue
+        pivot = pivot.dropna().groupby(level="method").mean()  # over the seeds present on both
+        if pivot.empty:
+            continue
+        cells[(base, "nano")] = pivot[nano]
+        cells[(base, "full")] = pivot[base]
+        if len(pivot) > 1:
+            by_nano = " > ".join(pivot[nano].sort_values(ascending=False).index)
+            by_full = " > ".join(pivot[base].sort_values(ascending=False).index)
+            tau = pivot[nano].corr(pivot[base], method="kendall")
+            verdict = "same order" if by_nano == by_full else f"order differs (Kendall τ {tau:.2f})"
+            lines.append(f"- {base}: {verdict}. nano: {by_nano}; full: {by_full}.")
+    if not cells:
+        return pd.DataFrame(), []
+    table = pd.DataFrame(cells)
+    table.columns = pd.MultiIndex.from_tuples(table.columns)
+    return table, lines
+
+
+def evaluation_time(frame: pd.DataFrame, datasets: tuple[str, ...]) -> pd.DataFrame:
+    """Seconds each dense model took to encode and search the profile's default sets (per seed: one model)."""
+    sub = frame[
+        (frame.metric == "ndcg_at_10") & (frame.group == "main") & frame.dataset.isin(datasets)
+        & (frame.backbone != "-") & frame.evaluate_s.notna()
+    ]  # fmt: skip
+    if sub.empty:
+        return pd.DataFrame()
+    sub = sub.assign(
+        model=[
+            f"{row_label(m, e)} [seed {k}]"
+            for m, e, k in zip(sub.method, sub.experiment, sub.seed, strict=True)
+        ]
+    )
+    table = sub.pivot_table(index="model", columns="dataset", values="evaluate_s", aggfunc="first")
+    table = table.loc[in_row_order(table.index)]
+    table = table[[d for d in datasets if d in table.columns]]
+    table["total s"] = table.sum(axis=1, min_count=len(table.columns))
+    return table
+
+
+def geometry_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Main-group results with geometry, restricted to the datasets every such method has (fair means)."""
+    sub = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main") & frame.alignment.notna()]
+    if sub.empty:
+        return sub
+    sub = sub.assign(row=[row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
+    common = set.intersection(*(set(g.dataset) for _, g in sub.groupby("row")))
+    return sub[sub.dataset.isin(common)] if common else sub
+
+
+def geometry_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Mean alignment and uniformity per method/experiment of the main group, over their common datasets."""
+    sub = geometry_rows(frame)
+    if sub.empty:
+        return pd.DataFrame()
+    table = sub.groupby("row")[["alignment", "uniformity"]].mean()
+    return table.loc[in_row_order(table.index)]
+
+
+TRAINING_FORMATS = {"steps": "g", "train min": ".1f", "held-out instances": "g"}  # others: .4f
+
+
+def training_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per trained method/experiment: budget, loss, and the held-out ranking of the target among K."""
+    rows = {}
+    for method, experiment, seed, summary in zip(
+        frame.method, frame.experiment, frame.seed, frame.training, strict=True
+    ):
+        if not summary:
+            continue
+        before, after = summary.get("heldout_before") or {}, summary.get("heldout_after") or {}
+        rows[f"{row_label(method, experiment)} [seed {seed}]"] = {
+            "steps": summary.get("steps"),
+            "train min": round(summary["train_seconds"] / 60, 1) if summary.get("train_seconds") else None,
+            "first loss": summary.get("first_loss"),
+            "final loss": summary.get("final_loss"),
+            "held-out top-1 before": before.get("top1"),
+            "held-out top-1 after": after.get("top1"),
+            "held-out MRR before": before.get("mrr"),
+            "held-out MRR after": after.get("mrr"),
+            "chance top-1": after.get("chance_top1"),
+            "held-out instances": after.get("instances"),
+            # the scalars a method trains besides its weights, where it records them (a temperature τ, a gate g)
+            **{
+                label: summary[key]
+                for label, key in (
+                    ("τ start", "tau_start"),
+                    ("τ end", "tau"),
+                    ("g start", "gate_start"),
+                    ("g end", "gate"),
+                )
+                if key in summary
+            },
+        }
+    return pd.DataFrame.from_dict(rows, orient="index").loc[in_row_order(rows)] if rows else pd.DataFrame()
+
+
+def training_data_lines(frame: pd.DataFrame) -> list[str]:
+    """Whether the trained runs that share a training-data configuration read identical instances (their
+    recorded sha256): runs of one report may have been trained on different machines, each rebuilding the
+    data (query generation included) from an empty cache."""
+    groups: dict[str, dict[str, set[str]]] = {}
+    for method, experiment, seed, summary in zip(
+        frame.method, frame.experiment, frame.seed, frame.training, strict=True
+    ):
+        data = (summary or {}).get("training_data") or {}
+        if data.get("sha256"):
+            label = f"{row_label(method, experiment)} [seed {seed}]"
+            groups.setdefault(data["folder"], {}).setdefault(data["sha256"], set()).add(label)
+    lines = []
+    for folder, by_hash in sorted(groups.items()):
+        runs = sorted({run for labels in by_hash.values() for run in labels})
+        if len(by_hash) == 1:
+            lines.append(f"Training data `{folder}`: the {len(runs)} run(s) trained on it read identical instances "
+                         f"(sha256 of the train, held-out and probe files `{next(iter(by_hash))[:12]}`).")  # fmt: skip
+            continue
+        versions = "; ".join(
+            f"`{h[:12]}`: {', '.join(sorted(labels))}" for h, labels in sorted(by_hash.items())
+        )
+        lines.append(f"**Training data `{folder}` differs between runs** (rebuilt differently on another machine): "
+                     f"{versions}. Runs trained on different instances are not comparable; delete the results of "
+                     "one version and rerun them where the data matches.")  # fmt: skip
+    return lines

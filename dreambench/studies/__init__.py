@@ -1,0 +1,1 @@
+"""Studies of the suite, one package each (see dreambench.study)."""

@@ -1,0 +1,50 @@
+"""DREAM's ablations (§5–6) as named deltas of a profile's config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from ...profiles import Experiment
+
+
+def dream_ablations(
+    default_heads: int, default_k: int, datasets: tuple[str, ...], tuned: Mapping[str, Any],
+    head_selection_seeds: tuple[int, ...] = (),
+) -> tuple[Experiment, ...]:  # fmt: skip
+    """DREAM §5–6: head count (Fig. 3), random heads (Fig. 2), candidate count (Fig. 6), judge LoRA (Fig. 5).
+
+    Each is a named delta of the profile's config; the default configuration is the reference row of every
+    ablation table, at the seeds the ablation ran (an experiment whose delta changes nothing reuses the
+    default's trained weights). ``head_selection_seeds``: the training seeds of the Fig. 2 ablation (random
+    heads), the others run one.
+    """
+    only = {"eval.datasets": datasets} if datasets else {}
+    experiments = [
+        Experiment("dream", f"heads-top{n}", {**only, "methods.dream.num_heads": n}, "ablation-head-count",
+                   f"top {n} QRHead heads")
+        for n in (1, 4, 8, 16, 32, 64) if n != default_heads
+    ]  # fmt: skip
+    experiments += [
+        Experiment("dream", "heads-random", {**only, "methods.dream.head_selection": "random"},
+                   "ablation-head-selection", f"{default_heads} heads drawn at random", head_selection_seeds),
+        Experiment("dream", "heads-random-middle", {**only, "methods.dream.head_selection": "random-middle"},
+                   "ablation-head-selection", f"{default_heads} heads drawn at random from the middle layers",
+                   head_selection_seeds),
+    ]  # fmt: skip
+    experiments += [
+        Experiment("dream", f"candidates-{k}", {**only, "data.num_candidates": k}, "ablation-candidates",
+                   f"K = {k} candidates per instance")
+        for k in (4, 8, 16) if k != default_k
+    ]  # fmt: skip
+    experiments.append(
+        Experiment("dream", "inject-suffix", {**only, "methods.dream.injected_rows": "suffix"}, "variant-injected-rows",
+                   "variant, not the paper: scores injected into the query and target rows (signal check: far "
+                   "stronger signal than query rows only)")
+    )  # fmt: skip
+    experiments.append(
+        Experiment("dream", "judge-lora", {**only, "methods.dream.judge_lora": True}, "ablation-judge",
+                   "LoRA adapters on the judge are trained too")
+    )  # fmt: skip
+    return tuple(replace(e, overrides={**tuned, **e.overrides}) for e in experiments)

@@ -1,0 +1,60 @@
+"""Every registered method, whatever its name: these tests iterate over the registry, so an adapter added to
+``methods/`` or through the method search path (``DREAMBENCH_METHODS_PATH``) is covered without editing them."""
+
+import dataclasses
+
+import pytest
+
+from dreambench.config import apply_overrides, method_params
+from dreambench.evaluation.metrics import MAIN_METRIC
+from dreambench.method import METHODS, DenseMethod, LexicalMethod, TrainedDenseMethod
+from dreambench.profiles import PROFILES
+
+SMOKE = PROFILES.get("smoke").config
+NAMES = METHODS.names()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_adapter_declares_what_the_benchmark_needs(name):
+    cls = METHODS.get(name)
+    assert cls.name == name and cls.description.strip()
+    assert issubclass(cls, (LexicalMethod, DenseMethod))
+    assert isinstance(cls.main_table, bool) and isinstance(cls.run_order, int) and isinstance(cls.row_order, int)
+    params = method_params(cls.Params, SMOKE, name)  # the defaults build, and are frozen
+    assert dataclasses.is_dataclass(params) and cls.Params.__dataclass_params__.frozen
+    if issubclass(cls, TrainedDenseMethod):
+        assert cls.view in ("candidates", "chunks")
+    else:
+        assert not cls.trainable and not cls.tuning_knobs
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if METHODS.get(n).tuning_knobs])
+def test_every_tuning_axis_is_a_setting_whose_first_value_is_the_default(name):
+    cls = METHODS.get(name)
+    for key, values in cls.tuning_knobs:
+        assert len(values) >= 2 and len(set(values)) == len(values), key
+        configured = apply_overrides(SMOKE, {key: values[0]}, where=f"{name}.tuning_knobs")
+        assert method_params(cls.Params, configured, name) == method_params(cls.Params, SMOKE, name), key
+
+
+def test_the_main_table_is_what_the_adapters_declare():
+    for profile in (PROFILES.get(n) for n in PROFILES.names()):
+        main = [e.method for e in profile.experiments if e.group == "main" and e.name == "default"]
+        declared = sorted((n for n in NAMES if METHODS.get(n).main_table), key=lambda n: METHODS.get(n).run_order)
+        assert main == declared
+        trained = {n for n in declared if METHODS.get(n).trainable}
+        if profile.name != "smoke":  # smoke searches smaller grids, for the tuning tests' speed
+            assert set(profile.tuning) == trained
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_method_runs_end_to_end_in_the_smoke_profile(name, smoke_run):
+    outcome, payload = smoke_run(name)
+    assert outcome.status == "computed", outcome.message
+    assert 0.0 <= outcome.scores[MAIN_METRIC] <= 1.0
+    assert payload["method"] == name and payload["fingerprint"]
+    assert payload["kind"] == ("lexical" if issubclass(METHODS.get(name), LexicalMethod) else "dense")
+    if payload["kind"] == "dense":
+        assert payload["geometry"]["pairs"] > 0
+    if METHODS.get(name).trainable:
+        assert payload["training"]["steps"] == SMOKE.train.steps
