@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -151,16 +152,19 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
             as_float = float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
-        if not as_float.is_integer():
+        if not math.isfinite(as_float) or not as_float.is_integer():
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
         return int(as_float)
     if annotation is float:
         if isinstance(value, bool):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+        if not math.isfinite(number):  # inf or nan would only surface later, as a NaN loss
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+        return number
     if annotation is str:
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string, got {value!r}")

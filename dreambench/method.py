@@ -33,7 +33,14 @@ from .evaluation.search import dense_search
 from .models.backbones import autocast_dtype, default_device, store_frozen_linears
 from .models.retriever import DenseRetriever
 from .registry import Registry, discover_plugins, import_folder
-from .training.trainer import Trainer, load_trainable_state, seed_everything, trainable_state
+from .training.trainer import (
+    Trainer,
+    load_torch_file,
+    load_trainable_state,
+    readable_torch_file,
+    seed_everything,
+    trainable_state,
+)
 from .workspace import Workspace, atomic_path, write_json_atomic
 
 if TYPE_CHECKING:
@@ -78,10 +85,15 @@ def register_method(name: str):
 
 def checkpoint_state(folder: Path) -> str:
     """A training run's cache state, as ``--dry-run`` prints it."""
-    if (folder / "final.pt").is_file():
+    final, checkpoint = folder / "final.pt", folder / "checkpoint.pt"
+    if readable_torch_file(final):
         return "trained weights cached"
-    if (folder / "checkpoint.pt").is_file():
+    if final.is_file() and not readable_torch_file(checkpoint):
+        return f"trains again: {final} is unreadable"
+    if readable_torch_file(checkpoint):
         return "resumes training from its last checkpoint"
+    if checkpoint.is_file():
+        return f"trains from the start: {checkpoint} is unreadable"
     return "trains first"
 
 
@@ -270,8 +282,10 @@ class TrainedDenseMethod(DenseMethod):
         trained, before_cached = distributed.broadcast_object(
             (final.is_file() and (out_dir / "summary.json").is_file(), (out_dir / "heldout_before.json").is_file())
         )
+        weights = load_torch_file(final) if trained else None  # None: unreadable, set aside, trained again
+        trained = distributed.broadcast_object(weights is not None)
         if trained:
-            load_trainable_state(self.trainable_modules(), torch.load(final, map_location="cpu"), final)
+            load_trainable_state(self.trainable_modules(), weights, final)
             self.training_summary = json.loads((out_dir / "summary.json").read_text())
             log.info("%s: loaded trained weights from %s", self.name, final)
         else:

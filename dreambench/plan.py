@@ -69,9 +69,12 @@ def plan_jobs(
             )
     seeded = []
     for exp in selected:
-        seeded.append(exp)
+        trainable = METHODS.get(exp.method).trainable
+        # --seeds means exactly those seeds: the config's own seed runs only if it is one of them
+        if not (seeds and trainable) or base_config.train.seed in seeds:
+            seeded.append(exp)
         runs = seeds if seeds else profile.seeds if exp.group == "main" else exp.seeds
-        if runs and METHODS.get(exp.method).trainable:
+        if runs and trainable:
             seeded += [
                 Experiment(exp.method, f"{exp.name}{SEED_MARK}{k}", {**exp.overrides, "train.seed": k},
                            exp.group, exp.description)

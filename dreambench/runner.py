@@ -19,7 +19,7 @@ from .method import METHODS, LexicalMethod, Method, checkpoint_state
 from .plan import Job, dataset_signature, resource_estimate
 from .results import ResultKey, cached_result, write_result
 from .tasks import DatasetUnavailable, load_task, locate, task_spec
-from .training.trainer import TrainingDiverged
+from .training.trainer import TrainingDiverged, readable_torch_file
 from .workspace import Workspace, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def evaluate_method(method: Method, data: RetrievalData, config: RunConfig) -> d
     """Retrieve, evaluate and return scores, per-query scores, the run and counts (forums averaged)."""
     ev = config.eval
     parts = data.parts or [data]
-    part_scores, per_query, merged_run, geometry = [], {}, {}, []
+    part_scores, per_query, merged_run, merged_qrels, geometry = [], {}, {}, {}, []
     num_queries = num_missing = num_docs = 0
     for part in parts:
         run = method.retrieve(part, ev.depth + 1 if ev.ignore_identical_ids else ev.depth)
@@ -76,6 +76,7 @@ def evaluate_method(method: Method, data: RetrievalData, config: RunConfig) -> d
         part_scores.append(result.scores)
         per_query.update({prefix + q: s for q, s in result.per_query.items()})
         merged_run.update({prefix + q: r for q, r in run.items()})
+        merged_qrels.update({prefix + q: docs for q, docs in part.qrels.items()})
         num_queries += result.num_queries
         num_missing += result.num_missing
         num_docs += len(part.corpus)
@@ -84,6 +85,7 @@ def evaluate_method(method: Method, data: RetrievalData, config: RunConfig) -> d
         "scores": scores,
         "per_query": per_query,
         "run": merged_run,
+        "qrels": merged_qrels,
         "extra": {
             "num_queries": num_queries,
             "num_docs": num_docs,
@@ -223,7 +225,7 @@ class Runner:
         _, pending = self._pending(job, method)
         if not pending:
             return "none"
-        if method.trainable and not (method.checkpoint_dir() / "final.pt").is_file():
+        if method.trainable and not readable_torch_file(method.checkpoint_dir() / "final.pt"):
             return "train"
         return "evaluate"
 
@@ -344,6 +346,7 @@ class Runner:
             scores=result["scores"],
             per_query=result["per_query"],
             run=result["run"],
+            qrels=result["qrels"],
             dependency_fingerprint=deps,
             config=to_jsonable(job.config),
             extra={

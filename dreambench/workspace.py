@@ -86,6 +86,26 @@ def write_json_atomic(target: Path, payload: Any) -> None:
 
 
 @contextmanager
+def build_lock(target: Path, what: str) -> Iterator[None]:
+    """An inter-process lock around building the cache entry ``target`` (released if the process dies): a
+    second run that needs the same entry waits, saying so, instead of building it again (the training
+    data's queries take tens of minutes). Callers check again for ``target`` once they hold the lock."""
+    from filelock import FileLock, Timeout
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(target.parent / f".{target.name}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.warning("another process is building %s (%s); waiting for it", what, target)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextmanager
 def atomic_dir(target: Path) -> Iterator[Path]:
     """Build a directory under a temporary name; rename it into place only when complete.
 

@@ -19,7 +19,7 @@ from dreambench.data.text import english_stemmer
 from dreambench.evaluation.metrics import Run
 from dreambench.lucene import index_collection, lucene_searcher_class
 from dreambench.method import LexicalMethod, register_method
-from dreambench.workspace import atomic_dir
+from dreambench.workspace import atomic_dir, build_lock
 
 log = logging.getLogger(__name__)
 
@@ -74,26 +74,29 @@ class BM25(LexicalMethod):
             self._index_bm25s(data, self.workspace.cache("indexes", "bm25s") / key)
 
     def _index_lucene(self, data: RetrievalData, index_dir: Path) -> None:
-
         searcher_cls = lucene_searcher_class()
-        if not index_dir.is_dir():  # written atomically: present means complete
-            log.info("indexing %s (%d docs) with Lucene into %s", data.name, len(data.corpus), index_dir)
-            with atomic_dir(index_dir) as tmp:
-                collection = tmp / "collection"
-                collection.mkdir()
-                with (collection / "docs.jsonl").open("w", encoding="utf-8") as handle:
-                    for did, doc in data.corpus.items():
-                        handle.write(json.dumps({"id": did, "contents": flat_contents(doc)}) + "\n")
-                index_collection(str(collection), str(tmp / "index"), self.threads)
-                (collection / "docs.jsonl").unlink()
-                collection.rmdir()
-                for item in (tmp / "index").iterdir():
-                    item.rename(tmp / item.name)
-                (tmp / "index").rmdir()
-        else:
-            log.info("reusing Lucene index %s", index_dir)
+        with build_lock(index_dir, f"the Lucene index of {data.name}"):
+            if not index_dir.is_dir():  # written atomically: present means complete
+                self._build_lucene_index(data, index_dir)
+            else:
+                log.info("reusing Lucene index %s", index_dir)
         self._searcher = searcher_cls(str(index_dir))
         self._searcher.set_bm25(self.params.k1, self.params.b)
+
+    def _build_lucene_index(self, data: RetrievalData, index_dir: Path) -> None:
+        log.info("indexing %s (%d docs) with Lucene into %s", data.name, len(data.corpus), index_dir)
+        with atomic_dir(index_dir) as tmp:
+            collection = tmp / "collection"
+            collection.mkdir()
+            with (collection / "docs.jsonl").open("w", encoding="utf-8") as handle:
+                for did, doc in data.corpus.items():
+                    handle.write(json.dumps({"id": did, "contents": flat_contents(doc)}) + "\n")
+            index_collection(str(collection), str(tmp / "index"), self.threads)
+            (collection / "docs.jsonl").unlink()
+            collection.rmdir()
+            for item in (tmp / "index").iterdir():
+                item.rename(tmp / item.name)
+            (tmp / "index").rmdir()
 
     def _index_bm25s(self, data: RetrievalData, index_dir: Path) -> None:
         import bm25s

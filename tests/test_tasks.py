@@ -1,6 +1,7 @@
 """Dataset access: BEIR loader, clear errors for malformed files, offline skips, shipped nano sets, user folders."""
 
 import json
+import re
 
 import pytest
 from conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, write_beir
@@ -169,3 +170,46 @@ def test_queries_left_without_any_judged_document_are_named(tiny_dataset, worksp
     qrels.write_text("query-id\tcorpus-id\tscore\nq1\tgone\t1\n")
     with pytest.raises(DatasetFormatError, match="no judged document of any query"):
         load_task("scifact", workspace)
+
+
+def _lines(path, edit):
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(edit(lines)))
+
+
+BAD_INPUTS = {  # edit of the tiny dataset → the one error it must give (file:line)
+    "blank line in corpus": ("corpus.jsonl", lambda ls: ls[:2] + ["\n"] + ls[2:], r"corpus\.jsonl:3: blank line"),
+    "extra newline at the end of the corpus": ("corpus.jsonl", lambda ls: ls + ["\n"], r"corpus\.jsonl:\d+: blank line"),
+    "blank line in qrels": ("qrels/test.tsv", lambda ls: ls[:2] + ["\n"] + ls[2:], r"test\.tsv:3: blank line"),
+    "empty corpus": ("corpus.jsonl", lambda ls: [], r"corpus\.jsonl:1: empty file \(no documents\)"),
+    "empty queries": ("queries.jsonl", lambda ls: [], r"queries\.jsonl:1: empty file \(no queries\)"),
+    "header-only qrels": ("qrels/test.tsv", lambda ls: ls[:1], r"test\.tsv:1: no judgements after the header"),
+    "qrels with 4 columns": ("qrels/test.tsv", lambda ls: ls[:1] + [l.replace("\t", "\t0\t", 1) for l in ls[1:]],
+                             r"test\.tsv:2: expected 3 tab-separated columns, got 4 \(TREC qrels"),
+    "qrels without a header": ("qrels/test.tsv", lambda ls: ls[1:], r"test\.tsv:1: a judgement where the header"),
+    "conflicting grades": ("qrels/test.tsv", lambda ls: ls + [ls[1].rsplit("\t", 1)[0] + "\t7\n"],
+                           r"test\.tsv:\d+: query 'q1', document 'd1' graded 7 here and 1 on line 2"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_bad_input_is_one_error_naming_file_and_line(case, tiny_dataset, workspace):
+    name, edit, message = BAD_INPUTS[case]
+    _lines(tiny_dataset / name, edit)
+    with pytest.raises(DatasetFormatError, match=message):  # the loader that reads the file
+        load_task("scifact", workspace)
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_bad_input_stops_the_run_before_any_work(case, tiny_dataset, workspace, capsys):
+    from dreambench.cli import run_all
+
+    name, edit, message = BAD_INPUTS[case]
+    _lines(tiny_dataset / name, edit)
+    args = ["--profile", "smoke", "--methods", "bm25,untrained", "--datasets", "wiki-desc2lead,scifact",
+            "--data-dir", str(workspace.data_dir), "--results-dir", str(workspace.results_dir),
+            "--cache-dir", str(workspace.cache_dir), "--reports-dir", str(workspace.reports_dir)]  # fmt: skip
+    assert run_all.main(args) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and err.count("error:") == 1
+    assert not workspace.results_dir.exists() or not any(workspace.results_dir.rglob("*.json"))

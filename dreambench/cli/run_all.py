@@ -13,15 +13,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from .. import distributed, report
+from .. import distributed
 from ..config import ConfigError, apply_overrides, load_config_file, parse_cli_overrides
 from ..data.training import load_training_data
 from ..method import METHODS, add_method_path
-from ..plan import expected_fingerprint, plan_jobs, stage_jobs
+from ..plan import plan_jobs
 from ..profiles import DEFAULT_PROFILE, PROFILES, with_experiments
 from ..registry import UnknownNameError
 from ..runner import Runner
@@ -29,23 +30,31 @@ from ..study import STUDIES
 from ..tasks import TASKS, load_task, task_spec, user_folders
 from ..tuning import check_grid, describe
 from ..tuning import tune as search
-from ..workspace import Workspace, git_info
+from ..workspace import Workspace
+from .reporting import check, render_report
 from .stages import run_stages
 
 
-def _split(values: list[str] | None) -> list[str] | None:
-    if not values:
+def _split(values: list[str] | None, option: str) -> list[str] | None:
+    """Comma-separated names of a repeatable option; None when the option is absent. Given but empty
+    (``--methods=``) is an error: silently running the whole profile instead would cost hours."""
+    if values is None:
         return None
-    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+    names = [v.strip() for item in values for v in item.split(",") if v.strip()]
+    if not names:
+        raise ValueError(f"{option}: empty value (name at least one, or leave the option out for the profile's)")
+    return names
 
 
 def _seeds(value: str | None) -> list[int] | None:
-    if not value:
+    if value is None:
         return None
     try:
         seeds = [int(v) for v in value.split(",") if v.strip()]
     except ValueError:
         raise ValueError(f"--seeds expects comma-separated integers, got {value!r}") from None
+    if not seeds:
+        raise ValueError("--seeds: empty value (name at least one seed, or leave the option out for the profile's)")
     if any(seed < 0 for seed in seeds):
         raise ValueError(f"--seeds expects non-negative integers, got {value!r}")
     return seeds
@@ -98,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="verify that the committed report is what this code produces (fingerprints, re-rendering); "
         "exit 1 if not",
+    )
+    parser.add_argument(
+        "--rerun",
+        action="append",
+        metavar="METHODS",
+        help="with --check: recompute these methods' results outright and compare (cheap rows: bm25,untrained)",
     )
     parser.add_argument("--overwrite", action="store_true", help="recompute results even if cached")
     parser.add_argument(
@@ -203,20 +218,19 @@ def build_data(config, workspace) -> int:
 
 
 
-def default_plan(name: str) -> list[tuple[str, str, str, str]]:
-    """Every result of the registered profile's default plan (``python run_all.py --profile <name>``) as
-    (stage, method, experiment, dataset), in the order it runs: the report lists those not stored yet."""
-    if name not in PROFILES:
-        return []
-    profile = PROFILES.get(name)
-    return [(stage, job.experiment.method, job.experiment.name, dataset)
-            for stage, jobs in stage_jobs(plan_jobs(profile, profile.config))
-            for job in jobs for dataset in job.datasets]  # fmt: skip
-
-
-def render_report(profile, workspace) -> Path | None:
-    """Re-render ``reports/<profile>/`` from the stored results."""
-    return report.render(workspace.results_dir, workspace.reports_dir, profile.name, default_plan(profile.name))
+def check_writable(workspace, render: bool = True) -> None:
+    """The folders a run writes are folders it can write, before any work (a results folder that is a file
+    or read-only would otherwise fail after hours of training)."""
+    folders = {"--cache-dir": workspace.cache_dir, "--results-dir": workspace.results_dir}
+    if render:
+        folders["--reports-dir"] = workspace.reports_dir
+    for option, folder in folders.items():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+                pass
+        except OSError as exc:
+            raise ValueError(f"{option} {folder}: cannot write there ({exc.strerror or exc})") from None
 
 
 def study_stages(jobs, workspace) -> list:
@@ -224,31 +238,6 @@ def study_stages(jobs, workspace) -> list:
     :func:`run_stages`."""
     return [(study.stage_name, lambda study=study: study.run_stage(jobs, workspace))
             for _, study in STUDIES.items() if study.stage_name]  # fmt: skip
-
-
-def check(profile, workspace) -> int:
-    """``--check``: every result in the committed report has the fingerprint this code would give it."""
-    def expected(method: str, experiment: str, dataset: str) -> str:
-        return expected_fingerprint(profile, method, experiment, dataset, workspace)
-
-    problems = report.check_report(
-        workspace.reports_dir, workspace.results_dir, profile.name, expected, default_plan(profile.name)
-    )
-    provenance = workspace.reports_dir / profile.name / report.PROVENANCE
-    if provenance.is_file():
-        import pandas as pd  # heavy at start-up: only --check reads the provenance table
-
-        table = pd.read_csv(provenance, dtype=str, keep_default_na=False)
-        head = git_info()["commit"]
-        older = table[(table.commit != head) | (table.dirty == "True")]
-        for (commit, dirty), rows in older.groupby(["commit", "dirty"]):
-            print(f"{len(rows)} result(s) computed at {commit[:10]}{' (uncommitted changes)' if dirty == 'True' else ''}"
-                  f", not at the checkout {str(head)[:10]}: their fingerprints are checked above")  # fmt: skip
-    for line in problems:
-        print(f"check: {line}", file=sys.stderr)
-    print(f"{workspace.reports_dir / profile.name}: " + ("consistent with this code" if not problems else
-                                                          f"{len(problems)} problem(s)"))  # fmt: skip
-    return 1 if problems else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,24 +282,26 @@ def main(argv: list[str] | None = None) -> int:
             config = apply_overrides(config, parse_cli_overrides(args.set), where="--set", check_method=METHODS.get)
             profile = _user_settings_win(profile, set(parse_cli_overrides(args.set)))
         workspace = Workspace.resolve(args.data_dir, args.cache_dir, args.results_dir, args.reports_dir)
+        if not (args.check or args.dry_run):
+            check_writable(workspace, render=not args.shard)
         if args.build_data:
             return build_data(config, workspace)
         if args.check:
-            return check(profile, workspace)
+            return check(profile, workspace, _split(args.rerun, "--rerun"))
         if args.render_only:
             path = render_report(profile, workspace)
             print(f"report: {path}" if path else "no stored results to render")
             return 0
         if args.tune:
-            tuning = _split(args.methods) or list(profile.tuning)
+            tuning = _split(args.methods, "--methods") or list(profile.tuning)
             check_grid(profile, config, tuning, workspace)  # every grid point is valid, before any work
         else:
             jobs = plan_jobs(
                 profile,
                 config,
-                _split(args.methods),
-                _split(args.datasets),
-                _split(args.experiments),
+                _split(args.methods, "--methods"),
+                _split(args.datasets, "--datasets"),
+                _split(args.experiments, "--experiments"),
                 _seeds(args.seeds),
                 workspace.data_dir,
             )
@@ -352,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {o.key.method}/{o.key.experiment:<16} {o.key.dataset:<22} {o.status}: {o.message}")
     if path:
         print(f"report: {path}")
+    if outcomes and counts["skipped"] == len(outcomes):
+        print("nothing ran: every result of the plan was skipped (see the lines above)", file=sys.stderr)
+        return 1
     return 1 if counts["failed"] else 0
 
 

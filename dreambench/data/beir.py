@@ -45,17 +45,23 @@ def _utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
                 ) from None
 
 
+def _blank_line(path: Path, lineno: int) -> DatasetFormatError:
+    # one rule for every file: each line holds one record (beir's loader, which reads the files after this
+    # check, fails on a blank line with no file or line named)
+    return DatasetFormatError(f"{path}:{lineno}: blank line (every line must hold one record; remove it)")
+
+
 def _check_jsonl(path: Path, required: tuple[str, ...], kind: str) -> list[str]:
     """Validate a corpus or queries file line by line; return the ids of documents with no title and no text.
 
-    Errors name the file and line: bytes that are not UTF-8, invalid JSON, a missing or empty field, an id
-    seen before (with the line it was first seen on), an empty query.
+    Errors name the file and line: bytes that are not UTF-8, a blank line, invalid JSON, a missing or empty
+    field, an id seen before (with the line it was first seen on), an empty query; and a file with no record.
     """
     seen: dict[str, int] = {}
     empty: list[str] = []
     for lineno, line in _utf8_lines(path):
         if not line.strip():
-            continue
+            raise _blank_line(path, lineno)
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
@@ -76,6 +82,8 @@ def _check_jsonl(path: Path, required: tuple[str, ...], kind: str) -> list[str]:
             raise DatasetFormatError(f"{path}:{lineno}: query {key!r} has an empty text")
         if kind == "corpus" and not text and not str(obj.get("title") or "").strip():
             empty.append(key)
+    if not seen:
+        raise DatasetFormatError(f"{path}:1: empty file (no {'documents' if kind == 'corpus' else 'queries'})")
     return empty
 
 
@@ -95,20 +103,44 @@ def validate_beir_folder(folder: Path, split: str, name: str) -> None:
     _check_qrels(qrels_file)
 
 
+QRELS_HEADER = ("query-id", "corpus-id", "score")
+
+
 def _check_qrels(path: Path) -> None:
+    """A header line, then exactly three tab-separated columns a line (query id, document id, integer grade),
+    no blank line, at least one judgement, and one grade per (query, document) pair. The header is what
+    beir's loader skips: a first line that is itself a judgement would be dropped silently, so it is an error."""
     lineno = 0
+    graded: dict[tuple[str, str], tuple[int, int]] = {}  # (query, document) → (grade, line)
     for lineno, line in _utf8_lines(path):
-        if lineno == 1 or not line.strip():
-            continue  # the header (beir's loader skips it)
+        if not line.strip():
+            raise _blank_line(path, lineno)
         row = next(csv.reader([line.rstrip("\r\n")], delimiter="\t", quoting=csv.QUOTE_MINIMAL))
-        if len(row) < 3:
-            raise DatasetFormatError(f"{path}:{lineno}: expected 3 tab-separated columns, got {len(row)}")
+        if len(row) != 3:
+            hint = " (TREC qrels have 4: drop the second, iteration, column)" if len(row) == 4 else ""
+            raise DatasetFormatError(f"{path}:{lineno}: expected 3 tab-separated columns, got {len(row)}{hint}")
+        if lineno == 1:
+            if row[2].strip().lstrip("-").isdigit():
+                raise DatasetFormatError(
+                    f"{path}:1: a judgement where the header belongs (expected {chr(9).join(QRELS_HEADER)}); "
+                    "the first line is skipped as the header, so this judgement would be lost"
+                )
+            continue
         try:
-            int(row[2])
+            grade = int(row[2])
         except ValueError:
             raise DatasetFormatError(f"{path}:{lineno}: relevance {row[2]!r} is not an integer") from None
+        pair = (row[0], row[1])
+        if pair in graded and graded[pair][0] != grade:
+            raise DatasetFormatError(
+                f"{path}:{lineno}: query {row[0]!r}, document {row[1]!r} graded {grade} here and "
+                f"{graded[pair][0]} on line {graded[pair][1]}"
+            )
+        graded.setdefault(pair, (grade, lineno))
     if lineno == 0:
         raise DatasetFormatError(f"{path}:1: empty qrels file (expected a header query-id, corpus-id, score)")
+    if not graded:
+        raise DatasetFormatError(f"{path}:{lineno}: no judgements after the header")
 
 
 def read_beir_folder(folder: Path, split: str, name: str) -> RetrievalData:

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..config import DataConfig, RunConfig, fingerprint, to_jsonable
-from ..workspace import Workspace, atomic_dir, package_versions
+from ..workspace import Workspace, atomic_dir, build_lock, package_versions
 from .desc2lead import split_articles
 from .querygen import QueryGenerator, crop_query, generator_prompt
 from .sources import Article, load_articles
@@ -250,7 +250,9 @@ def load_training_data(config: RunConfig, workspace: Workspace) -> TrainingData:
     data = config.data
     folder = training_data_folder(data, workspace)
     if not (folder / "manifest.json").is_file():
-        _build(data, workspace, folder)
+        with build_lock(folder, "the training data"):
+            if not (folder / "manifest.json").is_file():  # another run may have built it meanwhile
+                _build(data, workspace, folder)
     manifest = json.loads((folder / "manifest.json").read_text())
     return TrainingData(
         train=_read_jsonl(folder / "train.jsonl"),

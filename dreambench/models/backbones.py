@@ -21,7 +21,7 @@ import torch
 
 from ..config import ConfigError
 from ..registry import Registry
-from ..workspace import Workspace, atomic_dir
+from ..workspace import Workspace, atomic_dir, build_lock
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +235,13 @@ def _dequantised_checkpoint(spec: BackboneSpec, gguf: Path, workspace: Workspace
     target = workspace.cache_dir / "models" / f"{spec.alias}-{_file_digest(gguf)}"
     if (target / "config.json").is_file():
         return target
+    with build_lock(target, f"the dequantised {spec.alias}"):
+        if not (target / "config.json").is_file():  # another run may have written it meanwhile
+            _dequantise(gguf, target)
+    return target
+
+
+def _dequantise(gguf: Path, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.info("dequantising %s once into %s", gguf.name, target)
@@ -247,7 +254,6 @@ def _dequantised_checkpoint(spec: BackboneSpec, gguf: Path, workspace: Workspace
     with atomic_dir(target) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-    return target
 
 
 @functools.lru_cache(maxsize=4)

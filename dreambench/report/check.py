@@ -2,14 +2,42 @@
 
 from __future__ import annotations
 
+import json
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
+from ..results import ranking_problems, summary_problems
 from .engine import RECORDS, Plan, records_dir, render, rendered_files
 from .frame import PROVENANCE
+
+# the figures embedded in index.html: PNG bytes depend on the matplotlib and font versions, not on the numbers
+# (the numbers are in the tables, which are compared), so they are compared as present, not byte for byte
+EMBEDDED_IMAGE = re.compile(rb"data:image/png;base64,[A-Za-z0-9+/=]+")
+
+
+def _comparable(path: Path) -> bytes:
+    data = path.read_bytes()
+    return EMBEDDED_IMAGE.sub(b"data:image/png;base64,...", data) if path.suffix == ".html" else data
+
+
+def record_problems(folder: Path) -> list[str]:
+    """Every result record under ``folder`` (``<results>/<profile>``): its summary is the mean of its
+    per-query scores, and those are what its ranking scores against its qrels where both are kept."""
+    problems = []
+    for path in sorted(folder.glob("*/*/*.json")):
+        try:
+            payload = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            problems.append(f"{path}: unreadable ({exc})")
+            continue
+        if "scores" not in payload:
+            continue  # not a result (a study's measurement, a stage record)
+        problems += [f"{path}: {problem}" for problem in summary_problems(payload) + ranking_problems(payload, folder)]
+    return problems
 
 
 def check_report(
@@ -44,13 +72,14 @@ def check_report(
                             f"this code gives {current}); rerun it")  # fmt: skip
     if any(records_dir(reports_dir, profile).glob("*/*/*.json")):
         results_dir = reports_dir / RECORDS  # the report's own records: what it was rendered from
+    problems += record_problems(results_dir / profile)
     if any(results_dir.glob(f"{profile}/*/*/*.json")):
         with tempfile.TemporaryDirectory() as tmp:
             render(results_dir, Path(tmp), profile, planned)
             for fresh in sorted((Path(tmp) / profile).iterdir()):
-                if fresh.suffix in (".md", ".csv", ".tex"):
+                if fresh.suffix in (".md", ".csv", ".tex", ".html"):
                     committed = out / fresh.name
-                    if not committed.is_file() or committed.read_bytes() != fresh.read_bytes():
+                    if not committed.is_file() or _comparable(committed) != _comparable(fresh):
                         problems.append(f"{committed}: differs from a rendering of {results_dir / profile}")
             for name in sorted(rendered_files(out) - rendered_files(Path(tmp) / profile)):
                 problems.append(f"{out / name}: left by an earlier rendering; a rendering of {results_dir / profile} "

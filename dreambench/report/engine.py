@@ -5,11 +5,13 @@ that then replaces ``<reports-dir>/<profile>/``, beside a copy of the records it
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+from filelock import FileLock
 
 from ..study import STUDIES, Study
 from .context import ReportContext, Section, StudyReport
@@ -108,6 +110,15 @@ def render(results_dir: Path, reports_dir: Path, profile: str, planned: Plan | N
     holds a table the current results do not produce, and a rendering that fails leaves the old one intact.
     """
     reports_dir.mkdir(parents=True, exist_ok=True)
+    # one rendering of a profile at a time (several runs may share a reports folder); whoever holds the lock
+    # removes the scratch folders of renderings that were killed before they could clean up
+    with FileLock(str(reports_dir / f".{profile}.render.lock")):
+        for stale in reports_dir.glob(f".{profile}.rendering-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        return _render_into(results_dir, reports_dir, profile, planned)
+
+
+def _render_into(results_dir: Path, reports_dir: Path, profile: str, planned: Plan | None) -> Path | None:
     with tempfile.TemporaryDirectory(dir=reports_dir, prefix=f".{profile}.rendering-") as tmp:
         path = _render(results_dir, Path(tmp), profile, planned)
         if path is None:
@@ -149,13 +160,19 @@ def records_dir(reports_dir: Path, profile: str) -> Path:
     return reports_dir / RECORDS / profile
 
 
+# what a report keeps of each result: the record, its ranking and the judgements it was scored against, so
+# that ``--check`` can recompute the per-query scores from the ranking and the summary from the per-query scores
+RECORD_PATTERNS = ("*.json", "*.run.trec.gz", "qrels/*.tsv")
+
+
 def copy_records(source: Path, target: Path) -> Path:
-    """Copy every JSON record under ``source`` (results with their per-query scores and training logs, stage
-    times, the studies' measurements, tuning points) to ``target``; rankings (``*.run.trec.gz``) and locks stay
+    """Copy every record under ``source`` (results with their per-query scores and training logs, their
+    rankings and qrels, stage times, the studies' measurements, tuning points) to ``target``; locks stay
     behind."""
     target.mkdir(parents=True, exist_ok=True)
-    for path in sorted(source.rglob("*.json")):
-        dest = target / path.relative_to(source)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(path.read_bytes())
+    for pattern in RECORD_PATTERNS:
+        for path in sorted(source.rglob(pattern)):
+            dest = target / path.relative_to(source)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(path.read_bytes())
     return target

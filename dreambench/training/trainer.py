@@ -20,8 +20,10 @@ import contextlib
 import json
 import logging
 import math
+import pickle
 import random
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,6 +85,27 @@ def lr_factor(step: int, config: TrainConfig) -> float:
 
 def trainable_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.detach().cpu().clone() for name, p in module.named_parameters() if p.requires_grad}
+
+
+def readable_torch_file(path: Path) -> bool:
+    """Whether ``path`` is a complete torch archive (a truncated write lacks the zip directory at its end):
+    cheap, for ``--dry-run`` and for deciding whether to resume from it."""
+    return path.is_file() and zipfile.is_zipfile(path)
+
+
+def load_torch_file(path: Path) -> Any | None:
+    """``torch.load`` of a cached checkpoint, or None when it is unreadable (truncated, corrupt): the file is
+    set aside as ``<name>.corrupt`` with a warning naming it, and the caller computes it again."""
+    try:
+        if not readable_torch_file(path):
+            raise OSError("not a complete torch archive")
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as exc:
+        aside = path.with_name(path.name + ".corrupt")
+        log.warning("%s is unreadable (%s); set aside as %s, computing it again", path, exc, aside.name)
+        if distributed.is_main():
+            path.replace(aside)
+        return None
 
 
 def load_trainable_state(module: torch.nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
@@ -159,7 +182,9 @@ class Trainer:
         path = self.out_dir / CHECKPOINT
         if not path.is_file():
             return 0
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = load_torch_file(path)
+        if state is None:  # unreadable: set aside, training starts over
+            return 0
         if state.get("fingerprint") != self.fingerprint:
             raise ValueError(f"{path} belongs to a different training configuration; remove it to retrain")
         load_trainable_state(self.method.trainable_modules(), state["model"], path)

@@ -1,0 +1,147 @@
+"""How ``run_all.py`` renders and checks a report: what is still to run, which records a rendering reads, and
+``--check`` (with ``--rerun`` for rows cheap enough to recompute outright)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from .. import report
+from ..plan import expected_fingerprint, plan_jobs, stage_jobs
+from ..profiles import PROFILES, Profile
+from ..report.engine import RECORD_PATTERNS
+from ..results import ResultKey
+from ..runner import Runner
+from ..workspace import Workspace, git_info
+
+log = logging.getLogger("run_all")
+
+# committed record → whether this code gives it the same fingerprint (the code does not change within a process,
+# so a long run that re-renders after every job asks once per record)
+_VERDICTS: dict[tuple[str, str, str, str, str], bool] = {}
+
+
+def default_plan(name: str) -> list[tuple[str, str, str, str]]:
+    """Every result of the registered profile's default plan (``python run_all.py --profile <name>``) as
+    (stage, method, experiment, dataset), in the order it runs: the report lists those not stored yet."""
+    if name not in PROFILES:
+        return []
+    profile = PROFILES.get(name)
+    return [(stage, job.experiment.method, job.experiment.name, dataset)
+            for stage, jobs in stage_jobs(plan_jobs(profile, profile.config))
+            for job in jobs for dataset in job.datasets]  # fmt: skip
+
+
+def _current(profile: Profile, payload: dict, workspace: Workspace) -> bool:
+    key = (profile.name, payload["method"], payload["experiment"], payload["dataset"], payload.get("fingerprint"))
+    if key not in _VERDICTS:
+        try:
+            now = expected_fingerprint(profile, *key[1:4], workspace)
+        except Exception:  # a dataset or method this machine cannot resolve: not vouched for
+            now = None
+        _VERDICTS[key] = now == payload.get("fingerprint")
+    return _VERDICTS[key]
+
+
+def _merge_committed(profile: Profile, workspace: Workspace, target: Path) -> tuple[int, int, int]:
+    """Lay out in ``target`` the results of ``workspace.results_dir`` plus the records the committed report keeps
+    (``reports/results/<profile>``) for every result the results folder lacks, where this code gives them the
+    same fingerprint; returns (results, committed records used, committed records left out)."""
+    ours, kept = workspace.results_dir / profile.name, report.records_dir(workspace.reports_dir, profile.name)
+    used = stale = 0
+    for pattern in RECORD_PATTERNS:
+        for path in sorted(kept.rglob(pattern)):
+            relative = path.relative_to(kept)
+            if (ours / relative).exists():
+                continue
+            if path.name.endswith(".json") and relative.parts[0] not in ("stages", "tuning", "qrels") \
+                    and len(relative.parts) == 3:  # a result record  # fmt: skip
+                payload = json.loads(path.read_text())
+                if "scores" in payload and not _current(profile, payload, workspace):
+                    stale += 1
+                    continue
+                used += "scores" in payload
+            dest = target / profile.name / relative
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dest)
+    for pattern in RECORD_PATTERNS:  # then the results folder's own files, which win
+        for path in sorted(ours.rglob(pattern)):
+            dest = target / profile.name / path.relative_to(ours)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dest)
+    computed = sum(1 for _ in ours.glob("*/*/*.json")) if ours.is_dir() else 0
+    return computed, used, stale
+
+
+def render_report(profile: Profile, workspace: Workspace) -> Path | None:
+    """Re-render ``reports/<profile>/`` from the stored results. A run that computed only part of a profile
+    (``--methods bm25``, say) never wipes what the committed report holds: the report's own records are
+    rendered too wherever the results folder has nothing newer and this code gives them the same fingerprint."""
+    kept = report.records_dir(workspace.reports_dir, profile.name)
+    ours = workspace.results_dir / profile.name
+    plan = default_plan(profile.name)
+    if not kept.is_dir() or kept.resolve() == ours.resolve():
+        return report.render(workspace.results_dir, workspace.reports_dir, profile.name, plan)
+    with tempfile.TemporaryDirectory(prefix="dreambench-render-") as tmp:
+        computed, used, stale = _merge_committed(profile, workspace, Path(tmp))
+        if used or stale:
+            log.info("report %s: rendered from %d result(s) in %s and %d kept by the report in %s%s",
+                     profile.name, computed, ours, used, kept,
+                     f" ({stale} kept record(s) left out: this code gives them other fingerprints)" if stale else "")  # fmt: skip
+        return report.render(Path(tmp), workspace.reports_dir, profile.name, plan)
+
+
+def _rerun(profile: Profile, workspace: Workspace, methods: list[str]) -> list[str]:
+    """Recompute outright every result of ``methods`` the committed report keeps (the cheap, deterministic rows:
+    BM25, the untrained retriever), in a scratch results folder, and compare the scores."""
+    kept = report.records_dir(workspace.reports_dir, profile.name)
+    records = [json.loads(p.read_text()) for m in methods for p in sorted(kept.glob(f"{m}/*/*.json"))]
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="dreambench-rerun-") as tmp:
+        scratch = Workspace(workspace.data_dir, workspace.cache_dir, Path(tmp), Path(tmp) / "reports")
+        for record in records:
+            experiment = record["experiment"].split("@", 1)[0]
+            jobs = plan_jobs(profile, profile.config, [record["method"]], [record["dataset"]], [experiment],
+                             data_dir=workspace.data_dir)  # fmt: skip
+            Runner(scratch).run([j for j in jobs if j.experiment.name == record["experiment"]])
+            key = ResultKey(profile.name, record["method"], record["experiment"], record["dataset"])
+            fresh = json.loads(key.json_path(Path(tmp)).read_text()) if key.json_path(Path(tmp)).is_file() else {}
+            if fresh.get("scores") != record["scores"]:
+                problems.append(f"{kept / record['method'] / record['experiment'] / (record['dataset'] + '.json')}: "
+                                f"scores {record['scores']} recomputed as {fresh.get('scores')}")  # fmt: skip
+            else:
+                print(f"rerun {record['method']}/{record['experiment']} on {record['dataset']}: equal")
+    return problems
+
+
+def check(profile: Profile, workspace: Workspace, rerun: list[str] | None = None) -> int:
+    """``--check``: every result in the committed report has the fingerprint this code would give it, every
+    record's numbers agree with its per-query scores and rankings, every rendered file is what a rendering of
+    the records gives; ``rerun``: these methods' results are recomputed outright and compared."""
+    def expected(method: str, experiment: str, dataset: str) -> str:
+        return expected_fingerprint(profile, method, experiment, dataset, workspace)
+
+    problems = report.check_report(
+        workspace.reports_dir, workspace.results_dir, profile.name, expected, default_plan(profile.name)
+    )
+    if rerun:
+        problems += _rerun(profile, workspace, rerun)
+    provenance = workspace.reports_dir / profile.name / report.PROVENANCE
+    if provenance.is_file():
+        table = pd.read_csv(provenance, dtype=str, keep_default_na=False)
+        head = git_info()["commit"]
+        older = table[(table.commit != head) | (table.dirty == "True")]
+        for (commit, dirty), rows in older.groupby(["commit", "dirty"]):
+            print(f"{len(rows)} result(s) computed at {commit[:10]}{' (uncommitted changes)' if dirty == 'True' else ''}"
+                  f", not at the checkout {str(head)[:10]}: their fingerprints are checked above")  # fmt: skip
+    for line in problems:
+        print(f"check: {line}", file=sys.stderr)
+    print(f"{workspace.reports_dir / profile.name}: " + ("consistent with this code" if not problems else
+                                                          f"{len(problems)} problem(s)"))  # fmt: skip
+    return 1 if problems else 0

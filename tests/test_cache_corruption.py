@@ -1,0 +1,49 @@
+"""A corrupt cached artefact (a truncated checkpoint, final weights cut by a full disk) is named with its path,
+set aside and computed again: it never blocks the run, and ``--dry-run`` does not promise to reuse it."""
+
+import json
+
+from dreambench.method import METHODS, checkpoint_state
+from dreambench.plan import plan_jobs
+from dreambench.profiles import PROFILES, Experiment, Profile
+from dreambench.results import ResultKey
+from dreambench.runner import Runner
+
+SMOKE = PROFILES.get("smoke").config
+
+
+def _train(workspace, overwrite=False):
+    profile = Profile("smoke", "", SMOKE, (Experiment("infonce"),))
+    (outcome,) = Runner(workspace, overwrite=overwrite).run(plan_jobs(profile, SMOKE))
+    key = ResultKey("smoke", "infonce", "default", "wiki-desc2lead")
+    return outcome, json.loads(key.json_path(workspace.results_dir).read_text())
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_truncated_final_weights_are_named_set_aside_and_trained_again(workspace, caplog):
+    outcome, first = _train(workspace)
+    folder = METHODS.get("infonce")(SMOKE, workspace).checkpoint_dir()
+    final = folder / "final.pt"
+    _truncate(final)
+    assert checkpoint_state(folder).startswith("resumes training")  # the checkpoint is whole: not "cached"
+    (folder / "checkpoint.pt").write_bytes(b"")  # and now that one is unusable too
+    assert checkpoint_state(folder) == f"trains again: {final} is unreadable"
+    outcome, again = _train(workspace, overwrite=True)
+    assert outcome.status == "computed"
+    assert str(final) in caplog.text and (folder / "final.pt.corrupt").is_file()
+    assert again["scores"] == first["scores"]  # trained again from scratch: the same numbers
+
+
+def test_truncated_checkpoint_restarts_training_and_gives_the_same_result(workspace, caplog):
+    _, first = _train(workspace)
+    folder = METHODS.get("infonce")(SMOKE, workspace).checkpoint_dir()
+    (folder / "final.pt").unlink()
+    (folder / "summary.json").unlink()
+    _truncate(folder / "checkpoint.pt")
+    assert checkpoint_state(folder) == f"trains from the start: {folder / 'checkpoint.pt'} is unreadable"
+    outcome, again = _train(workspace, overwrite=True)
+    assert outcome.status == "computed" and "checkpoint.pt is unreadable" in caplog.text
+    assert again["scores"] == first["scores"]
