@@ -184,7 +184,7 @@ BAD_INPUTS = {  # edit of the tiny dataset → the one error it must give (file:
     "empty corpus": ("corpus.jsonl", lambda ls: [], r"corpus\.jsonl:1: empty file \(no documents\)"),
     "empty queries": ("queries.jsonl", lambda ls: [], r"queries\.jsonl:1: empty file \(no queries\)"),
     "header-only qrels": ("qrels/test.tsv", lambda ls: ls[:1], r"test\.tsv:1: no judgements after the header"),
-    "qrels with 4 columns": ("qrels/test.tsv", lambda ls: ls[:1] + [l.replace("\t", "\t0\t", 1) for l in ls[1:]],
+    "qrels with 4 columns": ("qrels/test.tsv", lambda ls: ls[:1] + [line.replace("\t", "\t0\t", 1) for line in ls[1:]],
                              r"test\.tsv:2: expected 3 tab-separated columns, got 4 \(TREC qrels"),
     "qrels without a header": ("qrels/test.tsv", lambda ls: ls[1:], r"test\.tsv:1: a judgement where the header"),
     "conflicting grades": ("qrels/test.tsv", lambda ls: ls + [ls[1].rsplit("\t", 1)[0] + "\t7\n"],
