@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,7 +81,16 @@ class BM25(LexicalMethod):
                 self._build_lucene_index(data, index_dir)
             else:
                 log.info("reusing Lucene index %s", index_dir)
-        self._searcher = searcher_cls(str(index_dir))
+            try:
+                self._searcher = searcher_cls(str(index_dir))
+            except Exception as exc:  # a damaged index (Lucene raises its own Java exceptions): build it again
+                aside = index_dir.with_name(index_dir.name + ".corrupt")
+                log.warning("Lucene index %s is unreadable (%s); set aside as %s, indexing again",
+                            index_dir, exc, aside.name)  # fmt: skip
+                shutil.rmtree(aside, ignore_errors=True)
+                index_dir.rename(aside)
+                self._build_lucene_index(data, index_dir)
+                self._searcher = searcher_cls(str(index_dir))
         self._searcher.set_bm25(self.params.k1, self.params.b)
 
     def _build_lucene_index(self, data: RetrievalData, index_dir: Path) -> None:

@@ -47,3 +47,28 @@ def test_truncated_checkpoint_restarts_training_and_gives_the_same_result(worksp
     outcome, again = _train(workspace, overwrite=True)
     assert outcome.status == "computed" and "checkpoint.pt is unreadable" in caplog.text
     assert again["scores"] == first["scores"]
+
+
+def test_a_damaged_head_ranking_is_named_and_computed_again(workspace, caplog):
+    from dreambench.data.training import load_training_data
+    from dreambench.models.lm import LanguageModel
+    from dreambench.studies.dream.heads import load_or_rank_heads
+
+    judge = LanguageModel.load("tiny-llama", workspace).eval()
+    probe = load_training_data(SMOKE, workspace).probe
+    first = load_or_rank_heads(judge, probe, workspace, 4, 64, 32)
+    (path,) = (workspace.cache_dir / "heads").glob("*.json")
+    path.write_text(path.read_text()[:40])
+    again = load_or_rank_heads(judge, probe, workspace, 4, 64, 32)
+    assert again == first and f"{path} is unreadable" in caplog.text
+
+
+def test_a_damaged_lucene_index_is_named_and_built_again(workspace, smoke_run, caplog):
+    outcome, first = smoke_run("bm25")
+    (index,) = [p for p in (workspace.cache_dir / "indexes" / "lucene").iterdir() if p.is_dir()]
+    for segment in index.glob("segments*"):
+        segment.write_bytes(b"damaged")
+    (workspace.results_dir / "smoke" / "bm25").rename(workspace.results_dir / "smoke" / "bm25-old")
+    outcome, again = smoke_run("bm25")
+    assert outcome.status == "computed" and f"Lucene index {index} is unreadable" in caplog.text
+    assert again["scores"] == first["scores"]

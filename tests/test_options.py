@@ -43,13 +43,16 @@ def test_seeds_means_exactly_those_seeds():
         ("bm25", "default", 0), ("infonce", "default@seed1", 1)]  # fmt: skip
 
 
-def test_a_results_folder_that_is_a_file_is_named_before_any_work(workspace, capsys):
-    workspace.results_dir.parent.mkdir(parents=True, exist_ok=True)
-    workspace.results_dir.write_text("not a folder")
+@pytest.mark.parametrize("option", ["--results-dir", "--reports-dir", "--cache-dir"])
+def test_a_folder_that_cannot_be_written_is_named_before_any_work(option, workspace, capsys):
+    folder = {"--results-dir": workspace.results_dir, "--reports-dir": workspace.reports_dir,
+              "--cache-dir": workspace.cache_dir}[option]  # fmt: skip
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.write_text("a file where a folder belongs")  # (as root, a read-only folder is still writable)
     assert run_all.main(_args(workspace, "--methods", "bm25")) == 2
     err = capsys.readouterr().err
-    assert f"--results-dir {workspace.results_dir}: cannot write there" in err
-    assert not (workspace.cache_dir / "indexes").exists()
+    assert f"{option} {folder}: cannot write there" in err and err.count("error:") == 1
+    assert not any(workspace.results_dir.rglob("*.json")) if workspace.results_dir.is_dir() else True
 
 
 def test_a_run_where_every_dataset_was_skipped_does_not_exit_0(workspace, capsys):

@@ -122,11 +122,14 @@ def load_or_rank_heads(
     }
     path = ranking_path(workspace, judge.name, probe, settings)
     if path.is_file():
-        raw = json.loads(path.read_text())
-        return HeadRanking(
-            raw["judge"], raw["num_layers"], raw["num_heads"], raw["probe_size"],
-            tuple(HeadScore(**h) for h in raw["heads"]),
-        )  # fmt: skip
+        try:
+            raw = json.loads(path.read_text())
+            return HeadRanking(
+                raw["judge"], raw["num_layers"], raw["num_heads"], raw["probe_size"],
+                tuple(HeadScore(**h) for h in raw["heads"]),
+            )  # fmt: skip
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+            log.warning("%s is unreadable (%s); ranking the heads again", path, exc)
     log.info(
         "ranking %d×%d heads of %s on %d probe instances",
         judge.num_layers,
