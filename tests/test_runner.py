@@ -385,10 +385,12 @@ def test_a_report_keeps_the_records_it_was_rendered_from(tiny_dataset, workspace
     render(workspace.results_dir, workspace.reports_dir, "t")
     source, records = workspace.results_dir / "t", workspace.reports_dir / "results" / "t"
     kept = sorted(p.relative_to(records) for p in records.rglob("*") if p.is_file())
-    assert kept == sorted(p.relative_to(source) for p in source.rglob("*.json"))
-    assert any(p.name == "scifact.json" for p in kept)
+    # the records, their rankings and the qrels they were scored against (what --check recomputes from); locks
+    # and anything else stay behind
+    assert kept == sorted(p.relative_to(source) for pattern in ("*.json", "*.run.trec.gz", "qrels/*.tsv")
+                          for p in source.rglob(pattern))  # fmt: skip
+    assert any(p.name == "scifact.json" for p in kept) and any(p.name == "scifact.run.trec.gz" for p in kept)
     assert all((records / p).read_bytes() == (source / p).read_bytes() for p in kept)
-    assert not list(records.rglob("*.run.trec.gz")) and list(source.rglob("*.run.trec.gz"))
 
     def checker(method, experiment, dataset):
         return expected_fingerprint(prof, method, experiment, dataset, workspace)

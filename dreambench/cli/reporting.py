@@ -49,34 +49,45 @@ def _current(profile: Profile, payload: dict, workspace: Workspace) -> bool:
     return _VERDICTS[key]
 
 
+def _is_result(relative: Path) -> bool:
+    """``<method>/<experiment>/<dataset>.json`` (not a stage record, study measurement or tuning point)."""
+    return len(relative.parts) == 3 and relative.suffix == ".json" and relative.parts[0] not in ("stages", "tuning")
+
+
 def _merge_committed(profile: Profile, workspace: Workspace, target: Path) -> tuple[int, int, int]:
     """Lay out in ``target`` the results of ``workspace.results_dir`` plus the records the committed report keeps
     (``reports/results/<profile>``) for every result the results folder lacks, where this code gives them the
-    same fingerprint; returns (results, committed records used, committed records left out)."""
+    same fingerprint (with their rankings, and the report's stage times, measurements and tuning points as long
+    as some of its results are still shown); returns (results, committed records used, committed left out)."""
     ours, kept = workspace.results_dir / profile.name, report.records_dir(workspace.reports_dir, profile.name)
-    used = stale = 0
-    for pattern in RECORD_PATTERNS:
-        for path in sorted(kept.rglob(pattern)):
-            relative = path.relative_to(kept)
-            if (ours / relative).exists():
-                continue
-            if path.name.endswith(".json") and relative.parts[0] not in ("stages", "tuning", "qrels") \
-                    and len(relative.parts) == 3:  # a result record  # fmt: skip
-                payload = json.loads(path.read_text())
-                if "scores" in payload and not _current(profile, payload, workspace):
-                    stale += 1
-                    continue
-                used += "scores" in payload
+    files = [p.relative_to(kept) for pattern in RECORD_PATTERNS for p in sorted(kept.rglob(pattern))]
+    missing = [r for r in files if not (ours / r).exists()]
+    used, stale = [], 0
+    for relative in (r for r in missing if _is_result(r)):
+        payload = json.loads((kept / relative).read_text())
+        if "scores" in payload and _current(profile, payload, workspace):
+            used.append(relative)
+        else:
+            stale += 1
+    shown = {r.with_suffix("") for r in used}  # <method>/<experiment>/<dataset>
+    for relative in missing:
+        if _is_result(relative):
+            take = relative in used
+        elif relative.name.endswith(".run.trec.gz"):
+            take = relative.parent / relative.name.removesuffix(".run.trec.gz") in shown
+        else:
+            take = bool(used)
+        if take:
             dest = target / profile.name / relative
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, dest)
+            shutil.copyfile(kept / relative, dest)
     for pattern in RECORD_PATTERNS:  # then the results folder's own files, which win
         for path in sorted(ours.rglob(pattern)):
             dest = target / profile.name / path.relative_to(ours)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, dest)
     computed = sum(1 for _ in ours.glob("*/*/*.json")) if ours.is_dir() else 0
-    return computed, used, stale
+    return computed, len(used), stale
 
 
 def render_report(profile: Profile, workspace: Workspace) -> Path | None:

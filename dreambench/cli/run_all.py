@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -220,17 +220,16 @@ def build_data(config, workspace) -> int:
 
 def check_writable(workspace, render: bool = True) -> None:
     """The folders a run writes are folders it can write, before any work (a results folder that is a file
-    or read-only would otherwise fail after hours of training)."""
+    or read-only would otherwise fail after hours of training). Creates nothing."""
     folders = {"--cache-dir": workspace.cache_dir, "--results-dir": workspace.results_dir}
     if render:
         folders["--reports-dir"] = workspace.reports_dir
     for option, folder in folders.items():
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
-                pass
-        except OSError as exc:
-            raise ValueError(f"{option} {folder}: cannot write there ({exc.strerror or exc})") from None
+        existing = next(p for p in (folder, *folder.parents) if p.exists())  # the folder, or where it would go
+        if not existing.is_dir():
+            raise ValueError(f"{option} {folder}: cannot write there ({existing} is not a folder)")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ValueError(f"{option} {folder}: cannot write there ({existing} is not writable)")
 
 
 def study_stages(jobs, workspace) -> list:

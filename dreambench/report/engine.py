@@ -4,6 +4,7 @@ that then replaces ``<reports-dir>/<profile>/``, beside a copy of the records it
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 import tempfile
@@ -112,10 +113,17 @@ def render(results_dir: Path, reports_dir: Path, profile: str, planned: Plan | N
     reports_dir.mkdir(parents=True, exist_ok=True)
     # one rendering of a profile at a time (several runs may share a reports folder); whoever holds the lock
     # removes the scratch folders of renderings that were killed before they could clean up
-    with FileLock(str(reports_dir / f".{profile}.render.lock")):
+    with FileLock(_render_lock(reports_dir / profile)):
         for stale in reports_dir.glob(f".{profile}.rendering-*"):
             shutil.rmtree(stale, ignore_errors=True)
         return _render_into(results_dir, reports_dir, profile, planned)
+
+
+def _render_lock(out: Path) -> str:
+    """The lock of one report folder: in the machine's temporary folder (renderings are local; a lock file in
+    the reports folder would show up in it), named by the folder's absolute path."""
+    digest = hashlib.sha1(str(out.resolve()).encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / f"dreambench-render-{digest}.lock")
 
 
 def _render_into(results_dir: Path, reports_dir: Path, profile: str, planned: Plan | None) -> Path | None:
