@@ -213,7 +213,6 @@ class DenseMethod(Method):
         return self.retriever.encode([passage_text(d) for d in docs], kind="passage")
 
     def retrieve(self, data: RetrievalData, depth: int) -> Run:
-
         qids, dids = list(data.queries), list(data.corpus)
         with self.timed("encode_queries_s"):
             q = self.encode_queries([data.queries[i] for i in qids])
@@ -225,7 +224,6 @@ class DenseMethod(Method):
             return dense_search(q, d, qids, dids, depth, backend=self.config.eval.search_backend)
 
     def geometry(self, data: RetrievalData) -> dict[str, float] | None:
-
         name, qids, q, dids, d = getattr(self, "_last_embeddings", (None,) * 5)
         if name != data.name:
             return None
@@ -266,7 +264,6 @@ class TrainedDenseMethod(DenseMethod):
 
     def prepare(self) -> None:
         import torch
-
 
         out_dir = self.checkpoint_dir()
         final = out_dir / "final.pt"
@@ -310,7 +307,6 @@ class TrainedDenseMethod(DenseMethod):
         self.retriever.eval()
 
     def _summarise(self, out_dir: Path, data: Any, before: dict[str, float]) -> dict[str, Any]:
-
         records = [
             json.loads(line) for line in (out_dir / "train_log.jsonl").read_text().splitlines() if line
         ]

@@ -82,7 +82,7 @@ def summary_problems(payload: dict[str, Any]) -> list[str]:
     """Whether a record's summary scores are the means of its per-query scores (over its parts' means, for a
     collection evaluated per part): a record whose numbers were edited fails this."""
     per_query, scores = payload.get("per_query") or {}, payload.get("scores") or {}
-    if not per_query:
+    if not isinstance(per_query, dict) or not per_query or not isinstance(scores, dict):
         return ["no per-query scores to verify its summary against"]
     groups: dict[str, list[dict[str, float]]] = {}
     for qid, values in per_query.items():
@@ -90,9 +90,13 @@ def summary_problems(payload: dict[str, Any]) -> list[str]:
         groups.setdefault(part, []).append(values)
     problems = []
     for metric, stored in scores.items():
-        means = [sum(v[metric] for v in rows) / len(rows) for rows in groups.values()]
-        recomputed = sum(means) / len(means)
-        if not abs(recomputed - stored) <= SUMMARY_TOLERANCE:
+        try:
+            means = [sum(float(v[metric]) for v in rows) / len(rows) for rows in groups.values()]
+            recomputed = sum(means) / len(means)
+        except (KeyError, TypeError, ValueError) as exc:
+            problems.append(f"{metric}: its per-query scores are malformed ({type(exc).__name__}: {exc})")
+            continue
+        if not isinstance(stored, (int, float)) or not abs(recomputed - stored) <= SUMMARY_TOLERANCE:
             problems.append(f"{metric} {stored!r} is not the mean of its per-query scores ({recomputed!r})")
     return problems
 

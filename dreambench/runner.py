@@ -25,32 +25,12 @@ from .workspace import Workspace, write_json_atomic
 log = logging.getLogger(__name__)
 
 
-
-
 @dataclass
 class Outcome:
     key: ResultKey
     status: str  # cached | computed | skipped | failed
     message: str = ""
     scores: dict[str, float] = field(default_factory=dict)
-
-
-
-
-
-
-
-
-
-
-# ----------------------------------------------------------------------------------------------------------
-# dataset identity for the result cache
-
-
-
-
-
-
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -104,8 +84,6 @@ def evaluate_method(method: Method, data: RetrievalData, config: RunConfig) -> d
     }
 
 
-
-
 @contextlib.contextmanager
 def held_lock(path: Path, what: str) -> Iterator[None]:
     """An inter-process lock on ``path`` (released when the process dies); says so when it has to wait.
@@ -133,10 +111,6 @@ def held_lock(path: Path, what: str) -> Iterator[None]:
 def failure_path(results_dir: Path, job: Job) -> Path:
     """Where a run that stopped (a diverged training) is recorded, so the report marks it failed."""
     return results_dir / job.config.profile / job.experiment.method / job.experiment.name / "FAILED.json"
-
-
-
-
 
 
 class Runner:

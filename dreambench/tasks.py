@@ -31,8 +31,6 @@ log = logging.getLogger(__name__)
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
 
 
-
-
 class DatasetUnavailable(RuntimeError):
     """A dataset that is neither on disk nor obtainable here; callers skip it with this one-line message."""
 
@@ -56,7 +54,6 @@ class TaskSpec:
     @property
     def is_nano(self) -> bool:
         return self.shipped and self.base is not None
-
 
 
 TASKS: Registry[TaskSpec] = Registry("dataset")
@@ -160,16 +157,6 @@ def task_spec(name: str, data_dir: Path | None = None) -> TaskSpec:
 
 # ----------------------------------------------------------------------------------------------------------
 # validation: locate the first malformed line of a BEIR file
-
-
-
-
-
-
-
-
-
-
 
 
 # ----------------------------------------------------------------------------------------------------------

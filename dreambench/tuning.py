@@ -62,7 +62,6 @@ def check_grid(profile: Profile, config: RunConfig, methods: Sequence[str], work
 
 
 def _train_and_score(method: str, config: RunConfig, workspace: Workspace) -> dict[str, Any]:
-
     instance = METHODS.get(method)(config, workspace, "tune")
     folder = instance.checkpoint_dir()
     try:

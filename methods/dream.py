@@ -123,7 +123,6 @@ class Dream(TrainedDenseMethod):
         return self.params.judge or self.config.model.backbone
 
     def build(self, data: Any) -> None:
-
         p = self.params
         self.retriever = self.load_retriever(lora=True)
         device = self.retriever.device

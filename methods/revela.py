@@ -87,7 +87,6 @@ class Revela(TrainedDenseMethod):
         return self.params.lm or self.config.model.backbone
 
     def build(self, data: Any) -> None:
-
         p = self.params
         self.retriever = self.load_retriever(lora=True)
         self.lm = LanguageModel.load(self.lm_name, self.workspace, p.lm_lora_r, p.lm_lora_alpha).to(self.device)

@@ -20,11 +20,9 @@ ADAPTER = textwrap.dedent('''
 
     from dreambench.method import LexicalMethod, register_method
 
-
     @dataclass(frozen=True)
     class WordCountParams:
         lowercase: bool = True
-
 
     @register_method("word-count")
     class WordCount(LexicalMethod):

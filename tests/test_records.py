@@ -104,3 +104,29 @@ def test_a_record_whose_numbers_were_edited_is_recomputed_not_reused(workspace, 
     again, fresh = smoke_run("bm25")
     assert again.status == "computed" and "is not the mean of its per-query scores" in caplog.text
     assert fresh["scores"] == payload["scores"]
+
+
+def test_rerun_catches_a_forged_record_whose_numbers_add_up(smoke_copy, capsys):
+    record = smoke_copy.reports_dir / "results" / "smoke" / "bm25" / "default" / "wiki-desc2lead.json"
+    payload = json.loads(record.read_text())
+    for values in payload["per_query"].values():  # forged consistently: every per-query score and the mean
+        values["ndcg_at_10"] = 1.0
+    payload["scores"]["ndcg_at_10"] = 1.0
+    payload.pop("run_file")  # and its ranking no longer named, so only recomputing can tell
+    record.write_text(json.dumps(payload))
+    code, out = _check(smoke_copy, capsys, "--rerun", "bm25")
+    assert code == 1 and f"{record}: scores" in out.err and "recomputed as" in out.err
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("dream", "--rerun dream: a trained method"),
+    ("bm52", "unknown method 'bm52'; did you mean 'bm25'"),
+])  # fmt: skip
+def test_rerun_names_are_checked(value, message, smoke_copy, capsys):
+    code, out = _check(smoke_copy, capsys, "--rerun", value)
+    assert code == 2 and message in out.err
+
+
+def test_rerun_needs_check(smoke_copy, capsys):
+    assert run_all.main(_args(smoke_copy, "--rerun", "bm25", "--dry-run")) == 2
+    assert "--rerun works with --check" in capsys.readouterr().err

@@ -243,7 +243,6 @@ def test_ablations_compare_with_the_default_at_the_seeds_they_ran(tmp_path):
                       ABLATION_FIGURES["ablation-head-selection"])
 
 
-
 def test_still_to_run_lists_what_is_missing_in_the_order_the_plan_runs_it(tmp_path):
     """The report's 'Still to run' line names every missing experiment in run order (main table, then
     ablations, then further seeds), each with its stage, and counts only results not stored yet."""

@@ -13,10 +13,11 @@ from pathlib import Path
 import pandas as pd
 
 from .. import report
+from ..method import METHODS
 from ..plan import expected_fingerprint, plan_jobs, stage_jobs
 from ..profiles import PROFILES, Profile
 from ..report.engine import RECORD_PATTERNS
-from ..results import ResultKey
+from ..results import ResultKey, summary_problems
 from ..runner import Runner
 from ..workspace import Workspace, git_info
 
@@ -24,7 +25,10 @@ log = logging.getLogger("run_all")
 
 # committed record → whether this code gives it the same fingerprint (the code does not change within a process,
 # so a long run that re-renders after every job asks once per record)
-_VERDICTS: dict[tuple[str, str, str, str, str], bool] = {}
+_VERDICTS: dict[tuple, bool] = {}
+# how far a recomputed score of a cheap row may be from its record (BM25 and the untrained retriever repeat across
+# machines to within 5e-7: docs/reliability.md)
+RERUN_TOLERANCE = 1e-6
 
 
 def default_plan(name: str) -> list[tuple[str, str, str, str]]:
@@ -39,7 +43,8 @@ def default_plan(name: str) -> list[tuple[str, str, str, str]]:
 
 
 def _current(profile: Profile, payload: dict, workspace: Workspace) -> bool:
-    key = (profile.name, payload["method"], payload["experiment"], payload["dataset"], payload.get("fingerprint"))
+    key = (profile.name, payload["method"], payload["experiment"], payload["dataset"], payload.get("fingerprint"),
+           workspace.data_dir, workspace.cache_dir)  # fmt: skip
     if key not in _VERDICTS:
         try:
             now = expected_fingerprint(profile, *key[1:4], workspace)
@@ -65,13 +70,15 @@ def _merge_committed(profile: Profile, workspace: Workspace, target: Path) -> tu
     used, stale = [], 0
     for relative in (r for r in missing if _is_result(r)):
         payload = json.loads((kept / relative).read_text())
-        if "scores" in payload and _current(profile, payload, workspace):
-            used.append(relative)
-        else:
+        if "scores" not in payload:
+            continue  # a failed run's note, not a result
+        if summary_problems(payload) or not _current(profile, payload, workspace):
             stale += 1
+        else:
+            used.append(relative)
     shown = {r.with_suffix("") for r in used}  # <method>/<experiment>/<dataset>
     for relative in missing:
-        if _is_result(relative):
+        if _is_result(relative) and relative.name != "FAILED.json":
             take = relative in used
         elif relative.name.endswith(".run.trec.gz"):
             take = relative.parent / relative.name.removesuffix(".run.trec.gz") in shown
@@ -104,15 +111,23 @@ def render_report(profile: Profile, workspace: Workspace) -> Path | None:
         if used or stale:
             log.info("report %s: rendered from %d result(s) in %s and %d kept by the report in %s%s",
                      profile.name, computed, ours, used, kept,
-                     f" ({stale} kept record(s) left out: this code gives them other fingerprints)" if stale else "")  # fmt: skip
+                     f" ({stale} kept record(s) left out: other fingerprints under this code, or numbers that do not "
+                     "add up)" if stale else "")  # fmt: skip
         return report.render(Path(tmp), workspace.reports_dir, profile.name, plan)
 
 
 def _rerun(profile: Profile, workspace: Workspace, methods: list[str]) -> list[str]:
     """Recompute outright every result of ``methods`` the committed report keeps (the cheap, deterministic rows:
     BM25, the untrained retriever), in a scratch results folder, and compare the scores."""
+    for name in methods:
+        if METHODS.get(name).trainable:  # raises for an unknown name, with a did-you-mean
+            raise ValueError(f"--rerun {name}: a trained method (retraining takes as long as the run did); "
+                             "--rerun is for the cheap rows, e.g. bm25,untrained")  # fmt: skip
     kept = report.records_dir(workspace.reports_dir, profile.name)
     records = [json.loads(p.read_text()) for m in methods for p in sorted(kept.glob(f"{m}/*/*.json"))]
+    records = [r for r in records if "scores" in r]
+    if not records:
+        raise ValueError(f"--rerun {','.join(methods)}: the report keeps no result of these methods in {kept}")
     problems = []
     with tempfile.TemporaryDirectory(prefix="dreambench-rerun-") as tmp:
         scratch = Workspace(workspace.data_dir, workspace.cache_dir, Path(tmp), Path(tmp) / "reports")
@@ -123,7 +138,10 @@ def _rerun(profile: Profile, workspace: Workspace, methods: list[str]) -> list[s
             Runner(scratch).run([j for j in jobs if j.experiment.name == record["experiment"]])
             key = ResultKey(profile.name, record["method"], record["experiment"], record["dataset"])
             fresh = json.loads(key.json_path(Path(tmp)).read_text()) if key.json_path(Path(tmp)).is_file() else {}
-            if fresh.get("scores") != record["scores"]:
+            recomputed = fresh.get("scores") or {}
+            if recomputed.keys() != record["scores"].keys() or any(
+                abs(recomputed[m] - record["scores"][m]) > RERUN_TOLERANCE for m in recomputed
+            ):
                 problems.append(f"{kept / record['method'] / record['experiment'] / (record['dataset'] + '.json')}: "
                                 f"scores {record['scores']} recomputed as {fresh.get('scores')}")  # fmt: skip
             else:

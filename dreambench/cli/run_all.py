@@ -206,18 +206,6 @@ def build_data(config, workspace) -> int:
     return 0
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 def check_writable(workspace, render: bool = True) -> None:
     """The folders a run writes are folders it can write, before any work (a results folder that is a file
     or read-only would otherwise fail after hours of training). Creates nothing."""
@@ -285,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
             check_writable(workspace, render=not args.shard)
         if args.build_data:
             return build_data(config, workspace)
+        if args.rerun is not None and not args.check:
+            raise ValueError("--rerun works with --check (it recomputes rows of the committed report)")
         if args.check:
             return check(profile, workspace, _split(args.rerun, "--rerun"))
         if args.render_only:

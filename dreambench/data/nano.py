@@ -77,12 +77,6 @@ RECIPES: dict[str, NanoRecipe] = {
 }  # fmt: skip
 
 
-
-
-
-
-
-
 def _jsonl(rows: list[dict[str, str]]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
 
@@ -110,10 +104,6 @@ def render_files(data: Any, qids: list[str], dids: list[str]) -> dict[str, bytes
 
 def _sha256(blob: bytes) -> str:
     return hashlib.sha256(blob).hexdigest()
-
-
-
-
 
 
 # what the manifest says of how the sets were made: the construction paragraph above
@@ -159,9 +149,5 @@ def shipped_facts(name: str, shipped: Path = SHIPPED_DIR) -> dict[str, Any]:
     manifest = json.loads((shipped / MANIFEST).read_text(encoding="utf-8"))
     entry = manifest["sets"][name]
     return {k: entry[k] for k in ("recipe", "queries", "docs", "judged_docs", "full_queries", "full_docs")}
-
-
-
-
 
 

@@ -184,7 +184,6 @@ class QueryGenerator:
         return [parse_question(cached[passage_key(p)]["raw"]) for p in passages]
 
     def _run(self, todo: list[str], cached: dict[str, dict]) -> None:
-
         device = default_device()
         tokenizer = load_tokenizer(self.generator, self.workspace)
         model = load_model(self.generator, self.workspace, causal_lm=True).to(device).eval()

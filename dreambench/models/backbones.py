@@ -267,7 +267,6 @@ def _tiny_state(seed: int) -> tuple[Any, dict[str, torch.Tensor]]:
     return tokenizer, {k: v.clone() for k, v in model.state_dict().items()}
 
 
-
 def load_tokenizer(name: str, workspace: Workspace):
     if name == "tiny-llama":
         return tiny_tokenizer()

@@ -4,7 +4,6 @@ that then replaces ``<reports-dir>/<profile>/``, beside a copy of the records it
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 import tempfile
@@ -14,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 from filelock import FileLock
 
+from ..evaluation.metrics import MAIN_METRIC
 from ..study import STUDIES, Study
 from .context import ReportContext, Section, StudyReport
 from .frame import in_row_order, results_frame, score_table
@@ -58,7 +58,7 @@ def gather(
     first study whose reference method has a row, the training runs, and what the studies declare
     (``studies``: each registered study with its ``report()``)."""
     pending, pending_rows = pending_lines(planned, results_dir, profile) if planned is not None else ([], [])
-    main = score_table(frame, "ndcg_at_10", group="main")
+    main = score_table(frame, MAIN_METRIC, group="main")
     recall = score_table(frame, "recall_at_100", group="main")
     main_note, recall_note = average_note(main), average_note(recall)  # over the rows that have results
     if pending_rows:  # planned methods with no result yet appear as rows of missing cells
@@ -113,17 +113,18 @@ def render(results_dir: Path, reports_dir: Path, profile: str, planned: Plan | N
     reports_dir.mkdir(parents=True, exist_ok=True)
     # one rendering of a profile at a time (several runs may share a reports folder); whoever holds the lock
     # removes the scratch folders of renderings that were killed before they could clean up
-    with FileLock(_render_lock(reports_dir / profile)):
+    with FileLock(_render_lock(reports_dir, profile)):
         for stale in reports_dir.glob(f".{profile}.rendering-*"):
             shutil.rmtree(stale, ignore_errors=True)
         return _render_into(results_dir, reports_dir, profile, planned)
 
 
-def _render_lock(out: Path) -> str:
-    """The lock of one report folder: in the machine's temporary folder (renderings are local; a lock file in
-    the reports folder would show up in it), named by the folder's absolute path."""
-    digest = hashlib.sha1(str(out.resolve()).encode()).hexdigest()[:16]
-    return str(Path(tempfile.gettempdir()) / f"dreambench-render-{digest}.lock")
+def _render_lock(reports_dir: Path, profile: str) -> str:
+    """The lock of one profile's report, beside its kept records (in the reports folder, so renderings on
+    machines that share it exclude each other too)."""
+    folder = reports_dir / RECORDS
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder / f".{profile}.render.lock")
 
 
 def _render_into(results_dir: Path, reports_dir: Path, profile: str, planned: Plan | None) -> Path | None:

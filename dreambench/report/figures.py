@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from ..evaluation.metrics import MAIN_METRIC
 from ..method import METHODS
 from .frame import in_row_order, row_label, score_table, with_reference
 from .tables import geometry_rows
@@ -70,7 +71,7 @@ def group_points(frame: pd.DataFrame, group: str, setting: str | None) -> pd.Dat
     ``setting`` as ``x``: what its figure draws. The table's cell is the mean over a row's seeds; the figure
     also marks each seed, since at small budgets whether a run takes off can depend on the seed more than on
     the setting."""
-    sub = with_reference(frame[frame.metric == "ndcg_at_10"], group)
+    sub = with_reference(frame[frame.metric == MAIN_METRIC], group)
     if sub.empty:
         return pd.DataFrame(columns=["row", "seed", "dataset", "value", "x"])
     x = setting_values(sub, setting) if setting is not None else pd.Series(float("nan"), index=sub.index)
@@ -166,7 +167,7 @@ def plot_training_curves(frame: pd.DataFrame, path: Path, curve_titles: Mapping[
     of ``curve_titles`` (curve key → panel title) that a run recorded over the steps — from the curves stored
     in the results. One colour per method, one line style per seed."""
     runs = {}
-    sub = frame[(frame.metric == "ndcg_at_10") & frame.training.notna()]
+    sub = frame[(frame.metric == MAIN_METRIC) & frame.training.notna()]
     for method, experiment, seed, training in zip(
         sub.method, sub.experiment, sub.seed, sub.training, strict=True
     ):

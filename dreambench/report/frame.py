@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..evaluation.metrics import MAIN_METRIC
 from ..method import METHODS, Method
 from ..results import SEED_MARK, iter_results
 from ..tasks import TASKS
@@ -117,7 +118,7 @@ def average_groups(columns: list[str]) -> dict[str, list[str]]:
     return {label: cols for label, cols in groups.items() if len(cols) > 1}
 
 
-def score_table(frame: pd.DataFrame, metric: str = "ndcg_at_10", group: str | None = "main") -> pd.DataFrame:
+def score_table(frame: pd.DataFrame, metric: str = MAIN_METRIC, group: str | None = "main") -> pd.DataFrame:
     """Rows = method/experiment, columns = datasets grouped by block, each block followed by its average.
 
     An ablation group's table also shows the default experiment of the same method (its reference row),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+from ..evaluation.metrics import MAIN_METRIC
 from ..profiles import PROFILES
 from ..tasks import TASKS
 from .context import ReportContext, Section
@@ -75,7 +76,7 @@ def main_table(ctx: ReportContext) -> list[str]:
         main.to_latex(out / "main_table.tex", float_format="%.4f")
     if not ctx.p_values.empty:
         ctx.p_values.to_csv(out / "significance.csv", float_format="%.4g")
-    seeds_of_main = row_seeds(frame[(frame.metric == "ndcg_at_10") & (frame.group == "main")])
+    seeds_of_main = row_seeds(frame[(frame.metric == MAIN_METRIC) & (frame.group == "main")])
     # which seeds each comparison used, where a row's seeds differ from the reference's (e.g. a baseline's
     # further seeds not run yet); the same on every set, or named per set
     partial_seeds = sorted(
@@ -84,7 +85,7 @@ def main_table(ctx: ReportContext) -> list[str]:
         for used in sorted(set(ctx.tested_seeds.loc[row].dropna()))
         if row in seeds_of_main and used != ",".join(map(str, seeds_of_main.get(ctx.reference, [])))
     )
-    seeds_per_row = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main")].groupby(
+    seeds_per_row = frame[(frame.metric == MAIN_METRIC) & (frame.group == "main")].groupby(
         ["method", "experiment"])["seed"].nunique()  # fmt: skip
     return [
         "## NDCG@10",
@@ -146,7 +147,7 @@ def experiment_groups(ctx: ReportContext) -> list[str]:
     for group in group_order(set(frame.group), ctx.group_figures):
         figure = ctx.group_figures.get(group, GroupFigure(group))
         table = score_table(frame, group=group)
-        seeds = row_seeds(with_reference(frame[frame.metric == "ndcg_at_10"], group))
+        seeds = row_seeds(with_reference(frame[frame.metric == MAIN_METRIC], group))
         seed_line = (
             "Each row is the mean over its training seeds: "
             + "; ".join(f"`{row}` {', '.join(map(str, seeds[row]))}" for row in table.index if row in seeds)
@@ -268,7 +269,7 @@ def _dataset_kind(name: str) -> str:
 
 def datasets(ctx: ReportContext) -> list[str]:
     frame = ctx.frame
-    counts = frame[frame.metric == "ndcg_at_10"].groupby("dataset")[["num_queries", "num_docs"]].first()
+    counts = frame[frame.metric == MAIN_METRIC].groupby("dataset")[["num_queries", "num_docs"]].first()
     counts.insert(0, "kind", [_dataset_kind(d) for d in counts.index])
     return ["## Datasets", "", markdown_table(counts), ""]
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..evaluation.metrics import MAIN_METRIC
 from ..results import SEED_MARK, iter_results
 from .frame import dataset_order, row_label
 
@@ -16,7 +17,7 @@ ANY_SEED = "any"  # the seed column of a result that no training seed produced
 
 
 def per_query_scores(
-    results_dir: Path, profile: str, metric: str = "ndcg_at_10"
+    results_dir: Path, profile: str, metric: str = MAIN_METRIC
 ) -> dict[tuple[str, str], pd.DataFrame]:
     """(row, dataset) → per-query ``metric`` of the main-table rows, one column per training seed (one column
     ``ANY_SEED`` for a row that does not train: BM25 and the untrained retriever are the same at every seed)."""

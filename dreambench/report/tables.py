@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..evaluation.metrics import MAIN_METRIC
 from ..tasks import TASKS
 from .frame import average_groups, in_row_order, row_label, row_seeds, score_table
 from .statistics import runs_learned, significance_mark
@@ -27,7 +28,7 @@ def average_note(table: pd.DataFrame) -> list[str]:
     return lines + [""] if lines else []
 
 
-def seed_table(frame: pd.DataFrame, metric: str = "ndcg_at_10") -> pd.DataFrame:
+def seed_table(frame: pd.DataFrame, metric: str = MAIN_METRIC) -> pd.DataFrame:
     """Rows with several training seeds: 'mean ± std (n)' per dataset (sample std over seeds)."""
     sub = frame[(frame.metric == metric) & (frame.group == "main")]
     sub = sub.assign(row=[row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
@@ -41,7 +42,7 @@ def seed_table(frame: pd.DataFrame, metric: str = "ndcg_at_10") -> pd.DataFrame:
 
 
 def per_seed_table(
-    frame: pd.DataFrame, training: pd.DataFrame | None = None, metric: str = "ndcg_at_10"
+    frame: pd.DataFrame, training: pd.DataFrame | None = None, metric: str = MAIN_METRIC
 ) -> pd.DataFrame:
     """The main table's rows with several training seeds, one row per run ("dream [seed 2]"), with the block
     averages of :func:`score_table` and, where ``training`` knows the run, whether it learned."""
@@ -69,7 +70,7 @@ def per_seed_table(
 def display_table(frame: pd.DataFrame, main: pd.DataFrame, p_values: pd.DataFrame) -> pd.DataFrame:
     """The main table for reading: 'mean ± std' over seeds where a row has several, and a mark where the
     reference method differs significantly from that row on that dataset."""
-    sub = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main")]
+    sub = frame[(frame.metric == MAIN_METRIC) & (frame.group == "main")]
     sub = sub.assign(row=[row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
     stats = sub.groupby(["row", "dataset"])["value"].agg(["std", "count"])
     shown = main.astype(object).copy()
@@ -90,7 +91,7 @@ def display_table(frame: pd.DataFrame, main: pd.DataFrame, p_values: pd.DataFram
 def fidelity(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Nano vs full corpus, per dataset: NDCG@10 of every main-table method that has both (same seeds),
     and whether the two orders of the methods agree (Kendall's τ over methods)."""
-    sub = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main") & (frame.experiment == "default")]
+    sub = frame[(frame.metric == MAIN_METRIC) & (frame.group == "main") & (frame.experiment == "default")]
     cells, lines = {}, []
     for nano in sorted(n for n in set(sub.dataset) if n in TASKS and TASKS.get(n).is_nano):
         base = TASKS.get(nano).base
@@ -119,7 +120,7 @@ def fidelity(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 def evaluation_time(frame: pd.DataFrame, datasets: tuple[str, ...]) -> pd.DataFrame:
     """Seconds each dense model took to encode and search the profile's default sets (per seed: one model)."""
     sub = frame[
-        (frame.metric == "ndcg_at_10") & (frame.group == "main") & frame.dataset.isin(datasets)
+        (frame.metric == MAIN_METRIC) & (frame.group == "main") & frame.dataset.isin(datasets)
         & (frame.backbone != "-") & frame.evaluate_s.notna()
     ]  # fmt: skip
     if sub.empty:
@@ -139,7 +140,7 @@ def evaluation_time(frame: pd.DataFrame, datasets: tuple[str, ...]) -> pd.DataFr
 
 def geometry_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Main-group results with geometry, restricted to the datasets every such method has (fair means)."""
-    sub = frame[(frame.metric == "ndcg_at_10") & (frame.group == "main") & frame.alignment.notna()]
+    sub = frame[(frame.metric == MAIN_METRIC) & (frame.group == "main") & frame.alignment.notna()]
     if sub.empty:
         return sub
     sub = sub.assign(row=[row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])

@@ -93,13 +93,13 @@ def readable_torch_file(path: Path) -> bool:
     return path.is_file() and zipfile.is_zipfile(path)
 
 
-def load_torch_file(path: Path) -> Any | None:
+def load_torch_file(path: Path, weights_only: bool = True) -> Any | None:
     """``torch.load`` of a cached checkpoint, or None when it is unreadable (truncated, corrupt): the file is
     set aside as ``<name>.corrupt`` with a warning naming it, and the caller computes it again."""
     try:
         if not readable_torch_file(path):
             raise OSError("not a complete torch archive")
-        return torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=weights_only)
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as exc:
         aside = path.with_name(path.name + ".corrupt")
         log.warning("%s is unreadable (%s); set aside as %s, computing it again", path, exc, aside.name)
@@ -182,7 +182,7 @@ class Trainer:
         path = self.out_dir / CHECKPOINT
         if not path.is_file():
             return 0
-        state = load_torch_file(path)
+        state = load_torch_file(path, weights_only=False)  # the optimiser's and the RNGs' states too
         if state is None:  # unreadable: set aside, training starts over
             return 0
         if state.get("fingerprint") != self.fingerprint:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from ...evaluation.metrics import MAIN_METRIC
 from ...method import METHODS
 from ...report import (
     GroupFigure,
@@ -78,7 +79,7 @@ def claims_table(
     """
     rows = []
     sets = [c for c in main.columns if not str(c).startswith("avg ")]
-    scores = frame[frame.metric == "ndcg_at_10"]
+    scores = frame[frame.metric == MAIN_METRIC]
     scores = scores.assign(
         row=[row_label(m, e) for m, e in zip(scores.method, scores.experiment, strict=True)]
     )
@@ -308,11 +309,11 @@ class ReferenceCheck:
 
 
 REFERENCE_CHECKS = (
-    ReferenceCheck("bm25", "scifact", {"k1": 0.9, "b": 0.4, "backend": "lucene"}, "ndcg_at_10", 0.6789, 5e-5,
+    ReferenceCheck("bm25", "scifact", {"k1": 0.9, "b": 0.4, "backend": "lucene"}, MAIN_METRIC, 0.6789, 5e-5,
                    "Anserini BEIR regression (flat)"),
-    ReferenceCheck("bm25", "arguana", {"k1": 0.9, "b": 0.4, "backend": "lucene"}, "ndcg_at_10", 0.3970, 5e-5,
+    ReferenceCheck("bm25", "arguana", {"k1": 0.9, "b": 0.4, "backend": "lucene"}, MAIN_METRIC, 0.3970, 5e-5,
                    "Anserini BEIR regression (flat)"),
-    ReferenceCheck("bm25", "nfcorpus", {"k1": 0.9, "b": 0.4, "backend": "lucene"}, "ndcg_at_10", 0.3218, 5e-5,
+    ReferenceCheck("bm25", "nfcorpus", {"k1": 0.9, "b": 0.4, "backend": "lucene"}, MAIN_METRIC, 0.3218, 5e-5,
                    "Anserini BEIR regression (flat)"),
 )  # fmt: skip
 
@@ -362,7 +363,7 @@ def paper_table(frame: pd.DataFrame) -> pd.DataFrame:
     sub = sub.assign(
         row=[f"{m} ({b})" if b != "-" else m for m, b in zip(sub.method, sub.backbone, strict=True)]
     )
-    return sub.pivot_table(index="row", columns="task", values="ndcg_at_10", aggfunc="first")
+    return sub.pivot_table(index="row", columns="task", values=MAIN_METRIC, aggfunc="first")
 
 
 def reproduction(ctx: ReportContext) -> list[str]:
