@@ -20,7 +20,7 @@ from .plan import Job, dataset_signature, resource_estimate
 from .results import ResultKey, cached_result, write_result
 from .tasks import DatasetUnavailable, load_task, locate, task_spec
 from .training.trainer import TrainingDiverged, readable_torch_file
-from .workspace import Workspace, write_json_atomic
+from .workspace import Workspace, file_lock, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -90,22 +90,11 @@ def held_lock(path: Path, what: str) -> Iterator[None]:
 
     Under a launcher (several ranks of one job) rank 0 holds it for the group: the others are in the same
     collectives and must not wait for it."""
-    from filelock import FileLock, Timeout
-
     if not distributed.is_main():
         yield
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(path))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        log.warning("another run_all.py is working on %s; waiting for it (lock %s)", what, path)
-        lock.acquire()
-    try:
+    with file_lock(path, f"another run_all.py is working on {what}; waiting for it"):
         yield
-    finally:
-        lock.release()
 
 
 def failure_path(results_dir: Path, job: Job) -> Path:

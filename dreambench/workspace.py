@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 log = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -86,23 +88,28 @@ def write_json_atomic(target: Path, payload: Any) -> None:
 
 
 @contextmanager
-def build_lock(target: Path, what: str) -> Iterator[None]:
-    """An inter-process lock around building the cache entry ``target`` (released if the process dies): a
-    second run that needs the same entry waits, saying so, instead of building it again (the training
-    data's queries take tens of minutes). Callers check again for ``target`` once they hold the lock."""
-    from filelock import FileLock, Timeout
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(target.parent / f".{target.name}.lock"))
+def file_lock(path: Path, waiting: str) -> Iterator[None]:
+    """An inter-process lock on the file ``path`` (released if the process dies); when another process holds it,
+    log ``waiting`` and wait for it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path))
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        log.warning("another process is building %s (%s); waiting for it", what, target)
+        log.warning("%s (lock %s)", waiting, path)
         lock.acquire()
     try:
         yield
     finally:
         lock.release()
+
+
+def build_lock(target: Path, what: str):
+    """The lock around building the cache entry ``target``: a second run that needs the same entry waits,
+    saying so, instead of building it again (the training data's queries take tens of minutes). Callers check
+    again for ``target`` once they hold the lock."""
+    lock = target.parent / f".{target.name}.lock"
+    return file_lock(lock, f"another process is building {what} ({target}); waiting for it")
 
 
 @contextmanager
