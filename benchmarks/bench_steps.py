@@ -58,10 +58,9 @@ def _method(name: str, mini, **params):
 
 def _step_instances(method, mini):
     """The training instances the benchmarked steps take (micro-batches 0 … STEPS_TAKEN · STEP_INSTANCES − 1)."""
-    from dreambench.data.loader import TrainingLoader
 
     config, _, data = mini
-    loader = TrainingLoader(data.train, method.view, 1, config.train.seed)
+    loader = method.training_loader(data.train)
     ids = {i for micro in range(STEPS_TAKEN * STEP_INSTANCES) for i in loader.batch(micro).instance_ids}
     return [inst for inst in data.train if inst.id in ids]
 
@@ -69,12 +68,11 @@ def _step_instances(method, mini):
 def _stepper(method, mini):
     """The trainer core's optimiser step for ``method``: ``step(first)`` takes micro-batches ``first`` …
     ``first + STEP_INSTANCES − 1`` (forward and backward of each, clipping, AdamW) → the tokens it processed."""
-    from dreambench.data.loader import TrainingLoader
     from dreambench.models.backbones import autocast_dtype
 
     config, _, data = mini
     train = config.train
-    loader = TrainingLoader(data.train, method.view, 1, train.seed)
+    loader = method.training_loader(data.train)
     groups = [g for g in method.parameter_groups(train.lr, train.weight_decay) if g["params"]]
     optimizer = torch.optim.AdamW(groups, lr=train.lr)
     params = method.trainable_parameters()
@@ -159,11 +157,10 @@ def test_step_revela(benchmark, mini):
 def _filled_store_dream(mini, micro_batches: int):
     """DREAM with its prefix store holding the first ``micro_batches`` training instances (the first run's work)."""
     method = _method("dream", mini, prefix_cache=True, prefix_store_gb=8.0)
-    from dreambench.data.loader import TrainingLoader
     from dreambench.models.backbones import autocast_dtype
 
     config, _, data = mini
-    loader = TrainingLoader(data.train, method.view, 1, config.train.seed)
+    loader = method.training_loader(data.train)
     dtype = autocast_dtype(config.train.precision, method.device)
     for micro in range(micro_batches):
         with torch.autocast(method.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
@@ -226,12 +223,11 @@ def test_judge_prefix(benchmark, mini):
     """What the prefix-cached DREAM step cannot avoid: the frozen judge's forward (no autograd) over the
     document prefixes of the step's four instances. (InfoNCE step + this) / InfoNCE step is the floor of the
     DREAM / InfoNCE ratio when the retriever part costs what InfoNCE's does and the query + target part is free."""
-    from dreambench.data.loader import TrainingLoader
     from dreambench.models.backbones import autocast_dtype
 
     method = _method("dream", mini)
     config, _, data = mini
-    loader = TrainingLoader(data.train, method.view, 1, config.train.seed)
+    loader = method.training_loader(data.train)
     dtype = autocast_dtype(config.train.precision, method.device)
     done = []
 

@@ -8,8 +8,6 @@ result depends on is stored with the result, and :func:`fingerprint` of the rele
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import types
 import typing
@@ -20,6 +18,14 @@ from typing import Any
 
 import tomllib
 
+from .fingerprints import (  # noqa: F401  (re-exported: the configuration's serialisation)
+    NOT_A_DEPENDENCY,
+    added_option,
+    dependencies_of,
+    fingerprint,
+    fingerprint_view,
+    to_jsonable,
+)
 from .registry import UnknownNameError
 
 # raises UnknownNameError for an unknown method name (the method registry's ``get``)
@@ -56,6 +62,10 @@ class DataConfig:
     num_heldout: int = 100  # held-out instances in the same format, from articles never trained on
     num_probe: int = 128  # head-selection probe instances (drawn from the training articles, as in DREAM)
     num_candidates: int = 8  # K
+    # "one-document": each candidate set is K consecutive chunks of one article, the target among them (DREAM
+    # §4.1: "each document is split into 16 chunks, forming one candidate chunk set"); "mixed": the target's
+    # sibling chunks, then BM25 neighbours from other articles (this suite's construction before)
+    candidate_sets: str = field(default="one-document", metadata=added_option("mixed"))
     chunk_max_words: int = 48
     chunk_min_words: int = 8
     query_source: str = "generate"  # generate (DREAM App. A prompt) | crop (one sentence of the target)
@@ -81,6 +91,9 @@ class TrainConfig:
     schedule: str = "linear"  # linear | cosine | constant (after warmup)
     max_grad_norm: float = 1.0
     precision: str = "auto"  # auto | bf16 | fp32 (autocast)
+    # retrieval scores s, p = softmax(s/τ) and Revela's Sim: "fp32" (the backbone may still run in bf16) or
+    # "autocast" (rounded to bf16 with the backbone: ~0.004 near 0.5, coarser than untrained candidates' spread)
+    score_precision: str = field(default="fp32", metadata=added_option("autocast"))
     checkpoint_every: int = 25
     log_every: int = 1
     seed: int = 0
@@ -93,6 +106,9 @@ class EvalConfig:
     depth: int = 100  # ranking depth written per query (NDCG@10 and recall@100 need 100)
     search_backend: str = "auto"  # auto | torch | faiss (exact inner product either way)
     ignore_identical_ids: bool = True  # drop doc == query id hits (ArguAna), as BEIR and Anserini do
+    # evaluation lengths (prefix + text + EOS; Revela §4.1: 2,048), apart from training's; 0: model.max_*_tokens
+    max_query_tokens: int = field(default=2048, metadata=added_option(0))
+    max_passage_tokens: int = field(default=2048, metadata=added_option(0))
 
 
 @dataclass(frozen=True)
@@ -273,6 +289,7 @@ MINIMUMS: dict[str, float] = {
     "data.chunk_min_words": 1, "data.query_max_new_tokens": 1, "data.query_batch_size": 1, "data.eval_articles": 1,
     "data.eval_queries": 1, "train.steps": 1, "train.batch_size": 1, "train.grad_accum": 1, "train.warmup_steps": 0,
     "train.weight_decay": 0, "train.checkpoint_every": 1, "train.log_every": 1, "eval.depth": 1,
+    "eval.max_query_tokens": 8, "eval.max_passage_tokens": 8,  # or 0: the model's (training) length
 }  # fmt: skip
 POSITIVE = ("train.lr", "train.max_grad_norm", "model.lora_alpha")
 
@@ -283,6 +300,8 @@ CHOICES = {  # options that take one of a few names
     "train.precision": ("auto", "bf16", "fp32"),
     "data.query_source": ("generate", "crop"),
     "train.schedule": ("linear", "cosine", "constant"),
+    "train.score_precision": ("fp32", "autocast"),
+    "data.candidate_sets": ("one-document", "mixed"),
     "eval.search_backend": ("auto", "torch", "faiss"),
 }
 
@@ -300,8 +319,8 @@ def check_ranges(config: RunConfig, where: str = "config") -> None:
     for dotted, low in MINIMUMS.items():
         section, name = dotted.split(".")
         value = getattr(getattr(config, section), name)
-        if value < low:
-            problems.append(f"{dotted} = {value} (must be ≥ {low:g})")
+        if value < low and not (value == 0 and "eval.max_" in dotted):  # 0: the model's (training) length
+            problems.append(f"{dotted} = {value} (must be ≥ {low:g}{' or 0' if 'eval.max_' in dotted else ''})")
     for dotted in POSITIVE:
         section, name = dotted.split(".")
         value = getattr(getattr(config, section), name)
@@ -323,37 +342,3 @@ def check_ranges(config: RunConfig, where: str = "config") -> None:
         )
     if problems:
         raise ConfigError(f"{where}: " + "; ".join(problems))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# serialisation and fingerprints
-
-
-def to_jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, Mapping):
-        return {str(k): to_jsonable(v) for k, v in sorted(obj.items())}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
-
-# Field metadata for a setting that changes only speed or disk use, never a number (a test holds each such
-# setting's results bit for bit equal both ways): it stays out of result fingerprints, so switching it reuses
-# the same results and checkpoints.
-NOT_A_DEPENDENCY = {"dependency": False}
-
-
-def dependencies_of(params: Any) -> dict[str, Any]:
-    """``to_jsonable(params)`` of a dataclass without its fields marked :data:`NOT_A_DEPENDENCY`."""
-    skip = {f.name for f in dataclasses.fields(params) if f.metadata.get("dependency") is False}
-    return {k: v for k, v in to_jsonable(params).items() if k not in skip}
-
-
-def fingerprint(*parts: Any, length: int = 12) -> str:
-    """A short stable hash of JSON-serialisable parts (dataclasses included); keys every cache."""
-    blob = json.dumps([to_jsonable(p) for p in parts], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha1(blob.encode()).hexdigest()[:length]

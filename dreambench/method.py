@@ -12,6 +12,7 @@ Adding a method = one file in ``methods/`` with a class decorated by :func:`regi
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import distributed
-from .config import RunConfig, dependencies_of, fingerprint, method_params, to_jsonable
+from .config import RunConfig, dependencies_of, fingerprint, fingerprint_view, method_params, to_jsonable
 from .data.loader import TrainingLoader
 from .data.training import load_training_data
 from .evaluation.geometry import alignment_uniformity
@@ -31,7 +32,7 @@ from .evaluation.heldout import candidate_ranking
 from .evaluation.metrics import Run
 from .evaluation.search import dense_search
 from .models.backbones import autocast_dtype, default_device, store_frozen_linears
-from .models.retriever import DenseRetriever
+from .models.retriever import DenseRetriever, full_precision
 from .registry import Registry, discover_plugins, import_folder
 from .training.trainer import (
     Trainer,
@@ -66,7 +67,9 @@ def _discover_methods() -> None:
 def add_method_path(folder: Path) -> None:
     """Make the adapters in ``folder`` available (``run_all.py --methods-path``), now and to the processes
     this one starts."""
-    os.environ[METHODS_PATH_ENV] = os.pathsep.join(p for p in (str(folder), os.environ.get(METHODS_PATH_ENV)) if p)
+    os.environ[METHODS_PATH_ENV] = os.pathsep.join(
+        p for p in (str(folder), os.environ.get(METHODS_PATH_ENV)) if p
+    )
     METHODS.names()  # discovery reads the path on first use; a registry already loaded imports the folder now
     import_folder(folder)
 
@@ -190,8 +193,10 @@ class DenseMethod(Method):
 
     def result_dependencies(self) -> dict[str, Any]:
         deps = super().result_dependencies()
-        deps["model"] = to_jsonable(self.config.model)
+        deps["model"] = fingerprint_view(self.config.model)
         deps["search_backend"] = self.config.eval.search_backend
+        lengths = {k: v for k, v in fingerprint_view(self.config.eval).items() if k.startswith("max_")}
+        deps.update({"eval_lengths": lengths} if lengths else {})  # none at 0 (the training lengths, as before)
         return deps
 
     def load_retriever(self, lora: bool) -> DenseRetriever:
@@ -207,10 +212,11 @@ class DenseMethod(Method):
         return retriever
 
     def encode_queries(self, texts: list[str]) -> torch.Tensor:
-        return self.retriever.encode(texts, kind="query")
+        return self.retriever.encode(texts, kind="query", max_tokens=self.config.eval.max_query_tokens)
 
     def encode_passages(self, docs: list[dict[str, str]]) -> torch.Tensor:
-        return self.retriever.encode([passage_text(d) for d in docs], kind="passage")
+        texts = [passage_text(d) for d in docs]
+        return self.retriever.encode(texts, kind="passage", max_tokens=self.config.eval.max_passage_tokens)
 
     def retrieve(self, data: RetrievalData, depth: int) -> Run:
         qids, dids = list(data.queries), list(data.corpus)
@@ -249,13 +255,13 @@ class TrainedDenseMethod(DenseMethod):
 
     def result_dependencies(self) -> dict[str, Any]:
         deps = super().result_dependencies()
-        deps["data"] = to_jsonable(self.config.data)
-        deps["train"] = to_jsonable(self.config.train)
+        deps["data"] = fingerprint_view(self.config.data)
+        deps["train"] = fingerprint_view(self.config.train)
         return deps
 
     def checkpoint_dir(self) -> Path:
         """Keyed by everything training depends on, so identical configurations share one trained model."""
-        key = fingerprint(self.result_dependencies())
+        key = fingerprint({k: v for k, v in self.result_dependencies().items() if k != "eval_lengths"})
         return self.workspace.cache_dir / "checkpoints" / self.config.profile / f"{self.name}-{key}"
 
     @property
@@ -277,7 +283,10 @@ class TrainedDenseMethod(DenseMethod):
         # final.pt is written last, so it marks a finished training; a kill just before it (or, from older
         # code, between it and summary.json) leaves a run that resumes from its last checkpoint
         trained, before_cached = distributed.broadcast_object(
-            (final.is_file() and (out_dir / "summary.json").is_file(), (out_dir / "heldout_before.json").is_file())
+            (
+                final.is_file() and (out_dir / "summary.json").is_file(),
+                (out_dir / "heldout_before.json").is_file(),
+            )
         )
         weights = load_torch_file(final) if trained else None  # None: unreadable, set aside, trained again
         trained = distributed.broadcast_object(weights is not None)
@@ -293,9 +302,7 @@ class TrainedDenseMethod(DenseMethod):
                     write_json_atomic(before_path, before)
                 distributed.barrier()
             trainer = Trainer(self, self.config.train, out_dir, to_jsonable(self.config), out_dir.name)
-            trainer.fit(
-                TrainingLoader(data.train, self.view, self.config.train.batch_size, self.config.train.seed)
-            )
+            trainer.fit(self.training_loader(data.train))
             self.training_summary = self._summarise(out_dir, data, json.loads(before_path.read_text()))
             if distributed.is_main():
                 write_json_atomic(out_dir / "summary.json", self.training_summary)
@@ -305,6 +312,20 @@ class TrainedDenseMethod(DenseMethod):
         self.after_training()
         self.retriever.merge_lora()  # evaluation only encodes from here on
         self.retriever.eval()
+
+    def score_arithmetic(self) -> contextlib.AbstractContextManager:
+        """Where scores, softmaxes over candidates and similarity weights are computed: fp32 with autocast off
+        (``train.score_precision = "fp32"``), or under the training step's autocast ("autocast")."""
+        return full_precision(self.device, self.config.train.score_precision == "fp32")
+
+    def candidate_scores(self, queries: list[str], candidates: list[list[str]]) -> torch.Tensor:
+        """The retriever's s(q, d_j) (B, K) at ``train.score_precision``."""
+        fp32 = self.config.train.score_precision == "fp32"
+        return self.retriever.candidate_scores(queries, candidates, fp32=fp32)
+
+    def training_loader(self, instances: list[Any]) -> TrainingLoader:
+        """The shared loader in this method's view, at the profile's micro-batch size and training seed."""
+        return TrainingLoader(instances, self.view, self.config.train.batch_size, self.config.train.seed)
 
     def _summarise(self, out_dir: Path, data: Any, before: dict[str, float]) -> dict[str, Any]:
         records = [
@@ -321,7 +342,7 @@ class TrainedDenseMethod(DenseMethod):
             # the per-step curve, so the report can plot it from results alone (no cache needed)
             "curve": {
                 key: [r.get(key) for r in records]
-                for key in ("step", "loss", "grad_norm", "lr", "tau", "gate")
+                for key in ("step", "loss", "grad_norm", "lr", "tau", "gate", "plain_loss")
                 if any(key in r for r in records)
             },
             "instances": data.manifest["instances"],

@@ -5,15 +5,16 @@
 in the form every dense method here encodes them (:func:`~dreambench.method.passage_text`: title, newline,
 text — not mteb's space-joined ``text`` column), and scores are inner products of the L2-normalised embeddings.
 
-mteb caches results by model name and revision, so both must change whenever the weights do. The name is
+mteb caches results by model name and revision, so both must change whenever the embeddings do. The name is
 ``dreambench/<profile>-<method>-<experiment>``; the revision is the checkpoint folder's fingerprint (everything
 training depends on) plus a sha256 of the trained weights, or, for the untrained backbone, the backbone and a
-fingerprint of the model config.
+fingerprint of the model config; then the evaluation lengths texts encode at (:func:`lengths_revision`).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 from mteb.types import PromptType
 
-from .config import ModelConfig, RunConfig, fingerprint
+from .config import EvalConfig, ModelConfig, RunConfig, fingerprint
 from .method import METHODS, DenseMethod, TrainedDenseMethod, passage_text
 from .models.backbones import BACKBONES
 
@@ -68,6 +69,14 @@ def untrained_revision(model: ModelConfig) -> str:
     return f"{backbone}-untrained-{fingerprint(model)}"
 
 
+def lengths_revision(config: EvalConfig) -> str:
+    """The revision's suffix for the evaluation lengths (they change the embeddings): ``-eval<query>x<passage>``,
+    none where both are 0 (the training lengths, all there was before the options existed)."""
+    if not (config.max_query_tokens or config.max_passage_tokens):
+        return ""
+    return f"-eval{config.max_query_tokens}x{config.max_passage_tokens}"
+
+
 def method_revision(method: Method) -> str:
     """The revision of a prepared dense method's retriever."""
     if isinstance(method, TrainedDenseMethod):
@@ -77,8 +86,11 @@ def method_revision(method: Method) -> str:
     raise TypeError(f"method {method.name!r} is not a dense method; mteb needs an encoder")
 
 
-def build_model_meta(retriever: DenseRetriever, name: str, revision: str) -> ModelMeta:
-    """mteb metadata for ``retriever``: facts read from the model, ``None`` where nothing is known."""
+def build_model_meta(
+    retriever: DenseRetriever, name: str, revision: str, max_tokens: int | None = None
+) -> ModelMeta:
+    """mteb metadata for ``retriever``: facts read from the model, ``None`` where nothing is known
+    (``max_tokens``: the passage length it encodes at; None: the training length)."""
     config = retriever.config
     params = list(retriever.parameters())
     embeddings = retriever.backbone.get_input_embeddings()
@@ -92,7 +104,7 @@ def build_model_meta(retriever: DenseRetriever, name: str, revision: str) -> Mod
         n_parameters=sum(p.numel() for p in params),
         n_embedding_parameters=embeddings.weight.numel() if embeddings is not None else None,
         memory_usage_mb=round(sum(p.numel() * p.element_size() for p in params) / 2**20, 1),
-        max_tokens=config.max_passage_tokens,
+        max_tokens=retriever.length_cap("passage", max_tokens),
         embed_dim=retriever.backbone.config.hidden_size,
         license=None,
         open_weights=True,
@@ -113,12 +125,22 @@ class DreambenchEncoder(AbsEncoder):
     """mteb encoder protocol over a :class:`DenseRetriever` (dot-product similarity via :class:`AbsEncoder`).
 
     ``method`` (optional) is the prepared method the retriever belongs to; :meth:`close` frees it.
+    ``max_tokens``: the length cap of each kind ("query", "passage"), the evaluation lengths; a kind not given
+    (or 0) encodes at the retriever's training length.
     """
 
-    def __init__(self, retriever: DenseRetriever, name: str, revision: str, method: Method | None = None):
+    def __init__(
+        self,
+        retriever: DenseRetriever,
+        name: str,
+        revision: str,
+        method: Method | None = None,
+        max_tokens: Mapping[str, int] | None = None,
+    ):
         self.model = retriever
         self.method = method
-        self.mteb_model_meta = build_model_meta(retriever, name, revision)
+        self.max_tokens = dict(max_tokens or {})
+        self.mteb_model_meta = build_model_meta(retriever, name, revision, self.max_tokens.get("passage"))
 
     @staticmethod
     def batch_texts(batch: dict[str, Any], kind: str) -> list[str]:
@@ -156,7 +178,7 @@ class DreambenchEncoder(AbsEncoder):
         kind = "query" if prompt_type == PromptType.query else "passage"
         texts = [text for batch in inputs for text in self.batch_texts(batch, kind)]
         progress = bool(kwargs.get("show_progress_bar", True))
-        embeddings = self.model.encode(texts, kind, progress=progress)
+        embeddings = self.model.encode(texts, kind, progress=progress, max_tokens=self.max_tokens.get(kind))
         return embeddings.numpy().astype(np.float32, copy=False)
 
     def close(self) -> None:
@@ -171,7 +193,8 @@ def mteb_encoder(
     """A dense method's retriever, trained (or loaded from its cached checkpoint) by ``prepare()``, for mteb.
 
     ``config`` is used as given: for an experiment other than the default pass its resolved config
-    (``Experiment.resolve(profile.config)``); ``experiment`` names the model. Online usage::
+    (``Experiment.resolve(profile.config)``); ``experiment`` names the model. Texts encode at the evaluation
+    lengths (``eval.max_query_tokens``/``max_passage_tokens``), which the revision names. Online usage::
 
         import mteb
         from dreambench.mteb_encoder import mteb_encoder
@@ -189,6 +212,7 @@ def mteb_encoder(
     return DreambenchEncoder(
         instance.retriever,
         model_name(config.profile, method, experiment),
-        method_revision(instance),
+        method_revision(instance) + lengths_revision(config.eval),
         instance,
+        {"query": config.eval.max_query_tokens, "passage": config.eval.max_passage_tokens},
     )

@@ -31,6 +31,13 @@ from .method import METHODS
 
 log = logging.getLogger(__name__)
 
+DENSE_CONSTRUCTION = (
+    "Where a recipe has a dense depth, each sampled query also brings its top-k documents under WordLlama "
+    "(static 256-d embeddings shipped in its wheel, cosine over title and text): an encoder independent of every "
+    "method under test, so a dense model's own confusions are present beside BM25's, as NanoBEIR also mines "
+    "with a dense retriever."
+)
+
 
 def _bm25_top(data: Any, qids: list[str], depth: int, workspace: Any) -> dict[str, list[str]]:
     """Top-``depth`` BM25 documents per query over the full corpus, ties broken by document id."""
@@ -49,6 +56,45 @@ def _bm25_top(data: Any, qids: list[str], depth: int, workspace: Any) -> dict[st
     return top
 
 
+def dense_encoder():
+    """WordLlama (256-d static token embeddings, mean-pooled; weights and tokenizer ship in its wheel): a dense
+    retriever independent of every method under test, loaded without network access."""
+    from pathlib import Path as _Path
+
+    import wordllama
+    from wordllama import WordLlama
+
+    # the package looks for its shipped tokenizer under <cache_dir>/tokenizers/: point it at itself
+    return WordLlama.load(cache_dir=_Path(wordllama.__file__).parent, disable_download=True)
+
+
+def _dense_top(data: Any, qids: list[str], depth: int, batch: int = 512) -> dict[str, list[str]]:
+    """Top-``depth`` documents per query under :func:`dense_encoder` (cosine over "title text"), ties broken
+    by document id; a query's own id is never its distractor."""
+    import numpy as np
+
+    encoder = dense_encoder()
+    dids = sorted(data.corpus)
+    texts = [f"{data.corpus[d].get('title', '')} {data.corpus[d]['text']}".strip() for d in dids]
+    docs = np.concatenate([encoder.embed(texts[i : i + batch], norm=True) for i in range(0, len(texts), batch)])
+    queries = encoder.embed([data.queries[q] for q in qids], norm=True)
+    scores = np.round(queries @ docs.T, 5)  # rounded: ties (and their order by id) do not depend on the BLAS
+    top = {}
+    for row, qid in zip(scores, qids, strict=True):
+        ranked = sorted(zip(-row, dids, strict=True))[: depth + 1]
+        top[qid] = [d for _, d in ranked if d != qid][:depth]
+    return top
+
+
+def recipe_facts(recipe: NanoRecipe) -> dict[str, Any]:
+    """The recipe as the manifest records it (``dense_depth`` only where used, so manifests of sets built
+    before dense distractors existed stay byte-identical)."""
+    facts = asdict(recipe)
+    if not facts["dense_depth"]:
+        del facts["dense_depth"]
+    return facts
+
+
 def build(recipe: NanoRecipe, data: Any, workspace: Any) -> tuple[list[str], list[str], dict[str, Any]]:
     """(query ids, document ids, facts) of the nano set; ``data`` is the full collection (RetrievalData)."""
     judged = {
@@ -63,6 +109,9 @@ def build(recipe: NanoRecipe, data: Any, workspace: Any) -> tuple[list[str], lis
     # with a corpus cap, the number of queries taken is not known in advance: search them all
     searched = order if recipe.max_docs is not None else order[: recipe.max_queries]
     top = _bm25_top(data, searched, recipe.bm25_depth, workspace) if recipe.bm25_depth else {}
+    if recipe.dense_depth:
+        dense = _dense_top(data, searched, recipe.dense_depth)
+        top = {q: list(dict.fromkeys([*top.get(q, ()), *dense[q]])) for q in searched}
     chosen: list[str] = []
     docs: set[str] = set()
     stopped_by = None
@@ -85,7 +134,8 @@ def _source_digest(folder: Path) -> dict[str, str]:
 
 def build_all(source: Path, out: Path, workspace: Any, names: list[str] | None = None) -> dict[str, Any]:
     """Write every recipe's files under ``out/<name>/`` plus ``manifest.json`` and ``README.md``."""
-    manifest: dict[str, Any] = {"construction": CONSTRUCTION, "sets": {}}
+    dense = any(r.dense_depth for n, r in RECIPES.items() if not names or n in names)
+    manifest: dict[str, Any] = {"construction": CONSTRUCTION + (f" {DENSE_CONSTRUCTION}" if dense else ""), "sets": {}}
     for name, recipe in RECIPES.items():
         if names and name not in names:
             continue
@@ -101,7 +151,7 @@ def build_all(source: Path, out: Path, workspace: Any, names: list[str] | None =
             path.write_bytes(blob)
         judged_docs = {d for q in qids for d in data.qrels[q] if d in data.corpus}
         manifest["sets"][name] = {
-            "recipe": asdict(recipe),
+            "recipe": recipe_facts(recipe),
             "queries": len(qids),
             "docs": len(dids),
             "judged_docs": len(judged_docs),

@@ -15,7 +15,7 @@ from .config import ConfigError, RunConfig, fingerprint, to_jsonable
 from .data.beir import DatasetFormatError, RetrievalData, validate_beir_folder
 from .data.training import check_candidate_pools, load_training_data, training_data_folder
 from .evaluation.metrics import MAIN_METRIC, MEASURES, drop_identical_ids, evaluate, top_k
-from .method import METHODS, LexicalMethod, Method, checkpoint_state
+from .method import METHODS, DenseMethod, LexicalMethod, Method, checkpoint_state
 from .plan import Job, dataset_signature, resource_estimate
 from .results import ResultKey, cached_result, write_result
 from .tasks import DatasetUnavailable, load_task, locate, task_spec
@@ -41,7 +41,7 @@ def evaluate_method(method: Method, data: RetrievalData, config: RunConfig) -> d
     """Retrieve, evaluate and return scores, per-query scores, the run and counts (forums averaged)."""
     ev = config.eval
     parts = data.parts or [data]
-    part_scores, per_query, merged_run, merged_qrels, geometry = [], {}, {}, {}, []
+    part_scores, per_query, merged_run, merged_qrels, geometry, encoded = [], {}, {}, {}, [], []
     num_queries = num_missing = num_docs = 0
     for part in parts:
         run = method.retrieve(part, ev.depth + 1 if ev.ignore_identical_ids else ev.depth)
@@ -52,6 +52,8 @@ def evaluate_method(method: Method, data: RetrievalData, config: RunConfig) -> d
         shape = method.geometry(part)
         if shape is not None:
             geometry.append(shape)
+        if isinstance(method, DenseMethod):  # what its retrieve encoded: lengths used, texts cut
+            encoded.append(dict(method.retriever.encode_stats))
         prefix = f"{part.name.split('/', 1)[1]}/" if data.parts else ""
         part_scores.append(result.scores)
         per_query.update({prefix + q: s for q, s in result.per_query.items()})
@@ -80,8 +82,21 @@ def evaluate_method(method: Method, data: RetrievalData, config: RunConfig) -> d
             }
             if geometry
             else None,
+            **({"truncated": truncation(encoded)} if encoded else {}),
         },
     }
+
+
+def truncation(encoded: list[dict[str, Any]]) -> dict[str, Any]:
+    """The share of a dataset's queries and of its passages longer (prefix + text + EOS, as encoded) than the
+    length they were encoded at, over its parts, and those lengths: ``encoded`` is each part's
+    :attr:`~dreambench.models.retriever.DenseRetriever.encode_stats`."""
+    record: dict[str, Any] = {}
+    for kind, label in (("query", "queries"), ("passage", "passages")):
+        stats = [part[kind] for part in encoded]
+        record[label] = sum(s.truncated for s in stats) / max(1, sum(s.texts for s in stats))
+        record[f"{kind}_tokens"] = stats[0].max_tokens
+    return record
 
 
 @contextlib.contextmanager

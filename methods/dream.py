@@ -194,8 +194,9 @@ class Dream(TrainedDenseMethod):
     def compute_loss(self, batch: CandidateBatch) -> tuple[torch.Tensor, dict[str, float]]:
         p = self.params
         seen = self.retriever.tokens_embedded
-        scores = self.retriever.candidate_scores(batch.queries, batch.candidates)  # Eq. 2 (B, K)
-        weights = torch.softmax(scores / self.tau, dim=-1)  # Eq. 3 p(d_j | q)
+        scores = self.candidate_scores(batch.queries, batch.candidates)  # Eq. 2 (B, K)
+        with self.score_arithmetic():
+            weights = torch.softmax(scores / self.tau, dim=-1)  # Eq. 3 p(d_j | q)
         inputs = self.judge_inputs(batch)
         plan = InjectionPlan(inputs.spans, weights, self.gate, self.heads_by_layer)
         loss = self.judge.target_loss(inputs, plan, p.prefix_cache and not p.judge_lora, self.prefix_store)  # Eq. 10

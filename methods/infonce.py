@@ -42,9 +42,10 @@ class InfoNCE(TrainedDenseMethod):
 
     def compute_loss(self, batch: CandidateBatch) -> tuple[torch.Tensor, dict[str, float]]:
         seen = self.retriever.tokens_embedded
-        scores = self.retriever.candidate_scores(batch.queries, batch.candidates)  # (B, K)
+        scores = self.candidate_scores(batch.queries, batch.candidates)  # (B, K)
         target = torch.tensor(batch.target_index, device=scores.device)
-        loss = nn.functional.cross_entropy(scores / self.params.temperature, target)
+        with self.score_arithmetic():
+            loss = nn.functional.cross_entropy(scores / self.params.temperature, target)
         with torch.no_grad():
             hit = (scores.argmax(dim=1) == target).float().mean()
         return loss, {"train_top1": float(hit), "tokens": self.retriever.tokens_embedded - seen}

@@ -58,6 +58,22 @@ def replug_loss(log_likelihoods: torch.Tensor, scores: torch.Tensor, eta: float,
     return nn.functional.kl_div(log_p_r, p_lm, reduction="batchmean")
 
 
+ONE_HOT = 0.99  # P_LM of the preferred candidate at or above which an instance's target is one-hot
+
+
+def lm_distribution_stats(log_likelihoods: list[list[float]], eta: float) -> dict[str, float]:
+    """How informative P_LM = softmax(ℓ/η) is over the training set: its mean entropy (nats; ln K is uniform)
+    and the share of instances where it is one-hot (max ≥ 0.99), where REPLUG's KL is InfoNCE on the LM's
+    choice at the retriever's τ."""
+    p_lm = torch.softmax(torch.tensor(log_likelihoods, dtype=torch.float64) / eta, dim=-1)
+    entropy = -(p_lm * p_lm.clamp_min(1e-300).log()).sum(dim=-1)
+    return {
+        "lm_entropy": round(float(entropy.mean()), 4),
+        "lm_entropy_uniform": round(float(torch.log(torch.tensor(float(p_lm.shape[-1])))), 4),
+        "lm_one_hot_share": round(float((p_lm.max(dim=-1).values >= ONE_HOT).double().mean()), 4),
+    }
+
+
 class LikelihoodCache:
     """ℓ for every (instance, candidate) of one training set under one judge: an append-only JSONL file."""
 
@@ -215,6 +231,7 @@ class Replug(TrainedDenseMethod):
                 max(range(len(r[p.likelihood])), key=r[p.likelihood].__getitem__) == inst.target_index
                 for r, inst in zip(chosen, instances, strict=True)
             ) / len(instances),
+            **lm_distribution_stats([r[p.likelihood] for r in chosen], p.eta),
         }  # fmt: skip
         return {inst.id: records[inst.id][p.likelihood] for inst in instances}
 
@@ -224,9 +241,10 @@ class Replug(TrainedDenseMethod):
     def compute_loss(self, batch: CandidateBatch) -> tuple[torch.Tensor, dict[str, float]]:
         p = self.params
         seen = self.retriever.tokens_embedded
-        scores = self.retriever.candidate_scores(batch.queries, batch.candidates)  # (B, K)
+        scores = self.candidate_scores(batch.queries, batch.candidates)  # (B, K)
         ell = torch.tensor([self.likelihoods[i] for i in batch.instance_ids], device=scores.device)
-        loss = replug_loss(ell, scores, p.eta, p.tau)
+        with self.score_arithmetic():
+            loss = replug_loss(ell, scores, p.eta, p.tau)
         target = torch.tensor(batch.target_index, device=scores.device)
         with torch.no_grad():
             hit = (scores.argmax(dim=1) == target).float().mean()

@@ -20,7 +20,6 @@ import torch
 
 from dreambench import distributed
 from dreambench.config import apply_overrides, to_jsonable
-from dreambench.data.loader import TrainingLoader
 from dreambench.data.training import load_training_data
 from dreambench.method import METHODS
 from dreambench.profiles import PROFILES
@@ -44,7 +43,7 @@ def train(cache: str, out_dir: str, stop_at: int, result: str) -> None:
     seed_everything(CONFIG.train.seed)
     method.build(data)
     trainer = Trainer(method, CONFIG.train, Path(out_dir), to_jsonable(CONFIG), "worker")
-    loader = TrainingLoader(data.train, method.view, CONFIG.train.batch_size, CONFIG.train.seed)
+    loader = method.training_loader(data.train)
 
     def stop(step: int) -> None:
         if step == stop_at:
@@ -66,7 +65,8 @@ def encode(cache: str, result: str) -> None:
     texts = [f"passage {i}: " + "words of varied length " * (i % 7 + 1) for i in range(41)]
     embeddings = method.retriever.encode(texts, "passage", batch_size=4, progress=False)
     if distributed.is_main():
-        torch.save({"embeddings": embeddings, "tokens": method.retriever.last_stats.tokens}, result)
+        stats = method.retriever.last_stats
+        torch.save({"embeddings": embeddings, "tokens": stats.tokens, "truncated": stats.truncated}, result)
 
 
 def likelihoods(cache: str, result: str) -> None:

@@ -77,6 +77,7 @@ def test_sharded_encoding_equals_one_process(tmp_path):
     one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
     assert torch.equal(one["embeddings"], two["embeddings"])  # the same batches: bit-identical
     assert one["tokens"] == two["tokens"] > 0
+    assert one["truncated"] == two["truncated"] > 0  # texts cut to the length cap, counted over the ranks
     assert one["embeddings"].abs().sum(dim=1).min() > 0  # every row was filled by some rank
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 
 from dreambench.config import apply_overrides, method_params
+from dreambench.data.loader import VIEWS
 from dreambench.evaluation.metrics import MAIN_METRIC
 from dreambench.method import METHODS, DenseMethod, LexicalMethod, TrainedDenseMethod
 from dreambench.profiles import PROFILES
@@ -23,7 +24,7 @@ def test_the_adapter_declares_what_the_benchmark_needs(name):
     params = method_params(cls.Params, SMOKE, name)  # the defaults build, and are frozen
     assert dataclasses.is_dataclass(params) and cls.Params.__dataclass_params__.frozen
     if issubclass(cls, TrainedDenseMethod):
-        assert cls.view in ("candidates", "chunks")
+        assert cls.view in VIEWS
     else:
         assert not cls.trainable and not cls.tuning_knobs
 

@@ -21,6 +21,7 @@ from dreambench.models.retriever import DenseRetriever
 from dreambench.mteb_encoder import (
     DreambenchEncoder,
     checkpoint_revision,
+    lengths_revision,
     model_name,
     untrained_revision,
 )
@@ -237,13 +238,18 @@ def test_mteb_encoder_wraps_prepared_methods(workspace):
 
     untrained = mteb_encoder("untrained", config, workspace)
     assert untrained.mteb_model_meta.name == "dreambench/smoke-untrained-default"
-    assert untrained.mteb_model_meta.revision == untrained_revision(config.model)
+    suffix = lengths_revision(config.eval)  # the evaluation lengths the texts encode at
+    assert suffix == f"-eval{config.eval.max_query_tokens}x{config.eval.max_passage_tokens}"
+    assert untrained.mteb_model_meta.revision == untrained_revision(config.model) + suffix
+    assert untrained.max_tokens == {"query": config.eval.max_query_tokens, "passage": config.eval.max_passage_tokens}
+    assert untrained.mteb_model_meta.max_tokens == config.eval.max_passage_tokens
 
     folder = write_trained_weights(workspace, config, shift=0.01)
     first = mteb_encoder("infonce", config, workspace)
     assert first.mteb_model_meta.name == "dreambench/smoke-infonce-default"
     assert (
-        first.mteb_model_meta.revision == f"{folder.name.split('-')[-1]}-{file_sha256(folder / 'final.pt')}"
+        first.mteb_model_meta.revision
+        == f"{folder.name.split('-')[-1]}-{file_sha256(folder / 'final.pt')}{suffix}"
     )
     first_q = first.model.encode(texts, "query", progress=False)
     assert not torch.allclose(first_q, untrained.model.encode(texts, "query", progress=False), atol=1e-4)

@@ -111,3 +111,36 @@ def test_shipped_sets_fit_the_evaluation_budget():
         )
         total += tokens(list(data.queries.values()), model.query_prefix, model.max_query_tokens)
     assert 200_000 < total <= 360_000, total
+
+
+def test_dense_distractors_come_from_an_independent_encoder_offline(tmp_path, workspace):
+    """Dense distractors: each sampled query's top-k under WordLlama (no BM25, no JVM), ties by id, never the
+    query's own id; the encoder reads meaning, not shared words."""
+    import numpy as np
+
+    from dreambench.nano_sets import dense_encoder, recipe_facts
+
+    corpus = {
+        "r0": {"title": "", "text": "how to fix a car engine"},
+        "r1": {"title": "", "text": "baking a chocolate cake at home"},
+        "syn0": {"title": "", "text": "automobile motor maintenance and mechanics"},
+        "syn1": {"title": "", "text": "dessert pastry oven sweet recipe"},
+        "far": {"title": "", "text": "the parliament passed a new tax law"},
+    }
+    queries = {"q0": "vehicle repair", "q1": "cooking desserts"}
+    qrels = {"q0": {"r0": 1}, "q1": {"r1": 1}}
+    data = read_beir_folder(write_beir(tmp_path / "full", corpus, queries, qrels), "test", "full")
+    qids, dids, _ = build(NanoRecipe("full", 2, 0, None, dense_depth=1), data, workspace)
+    encoder = dense_encoder()
+    names = sorted(corpus)
+    docs = encoder.embed([corpus[d]["text"] for d in names], norm=True)
+    expected = set(qrels["q0"]) | set(qrels["q1"])
+    for q in qids:
+        scores = np.round(encoder.embed([queries[q]], norm=True)[0] @ docs.T, 5)
+        expected.add(sorted(zip(-scores, names, strict=True))[0][1])  # the best, ties by id
+    assert set(dids) == expected and "far" not in dids
+    embedded = encoder.embed(["car engine repair", "automobile motor maintenance", "chocolate cake"], norm=True)
+    assert embedded[0] @ embedded[1] > embedded[0] @ embedded[2]
+    # the manifest records a dense depth only where one is used
+    assert "dense_depth" not in recipe_facts(RECIPES["nano-scifact"])
+    assert recipe_facts(NanoRecipe("full", 2, 0, None, dense_depth=3))["dense_depth"] == 3

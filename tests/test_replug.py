@@ -100,3 +100,15 @@ def test_bad_replug_params_are_clear_errors(workspace):
         METHODS.get("replug")(apply_overrides(SMOKE, {"methods.replug.likelihood": "median"}), workspace)
     with pytest.raises(ValueError, match="methods.replug.eta"):
         METHODS.get("replug")(apply_overrides(SMOKE, {"methods.replug.eta": 0}), workspace)
+
+
+def test_lm_distribution_stats_are_entropy_and_one_hot_share_by_hand():
+    from methods.replug import lm_distribution_stats
+
+    stats = lm_distribution_stats([[0.0, 0.0], [0.0, -100.0]], eta=1.0)
+    # instance 1: uniform, entropy ln 2; instance 2: one-hot, entropy ~0 → mean ln 2 / 2, one-hot share 1/2
+    assert stats["lm_entropy"] == round(math.log(2) / 2, 4)
+    assert stats["lm_entropy_uniform"] == round(math.log(2), 4)
+    assert stats["lm_one_hot_share"] == 0.5
+    # a higher η flattens P_LM: at η = 100 the second instance is no longer one-hot
+    assert lm_distribution_stats([[0.0, -100.0]], eta=100.0)["lm_one_hot_share"] == 0.0

@@ -160,22 +160,22 @@ def test_the_papers_claims_are_checked_whichever_way_they_fall():
     assert "significantly behind on 1" in claims.at["DREAM beats InfoNCE (Tables 1, 4–5)", "measured"]
     assert verdict["DREAM beats REPLUG (Tables 1, 4–5)"] == "ahead, not significantly"
     assert verdict["DREAM beats Revela (Tables 1, 4–5)"] == "mixed"
-    assert verdict["QRHead heads beat random heads (Fig. 2)"] == "does not hold (one seed)"
-    assert verdict["QRHead heads beat random middle-layer heads (Fig. 2)"] == "holds (one seed)"
-    assert verdict["16 candidates beat 4 (Fig. 6)"] == "holds (one seed)"
+    assert verdict["QRHead heads beat random heads (Fig. 2)"] == "does not hold (one seed; indicative: fewer than 3 seeds)"
+    assert verdict["QRHead heads beat random middle-layer heads (Fig. 2)"] == "holds (one seed; indicative: fewer than 3 seeds)"
+    assert verdict["16 candidates beat 4 (Fig. 6)"] == "holds (one seed; indicative: fewer than 3 seeds)"
     assert verdict["a frozen judge is at least as good as a LoRA-trained one (Fig. 5)"] == "–"  # not run
     # top 64 not run: 16 is ahead of the counts that ran, which cannot decide the claim yet
-    assert verdict["16 heads is the best head count (Fig. 3)"] == "– (16 best so far; one seed)"
+    assert verdict["16 heads is the best head count (Fig. 3)"] == "– (16 best so far; one seed; indicative: fewer than 3 seeds)"
     assert claims.at["16 heads is the best head count (Fig. 3)", "measured"].endswith("; top 64 not run yet")
     # ... while a count that beats 16 decides it before the others have run
     top8_ahead = frame.assign(value=frame.value.where(frame.experiment != "heads-top8", 0.9))
     partial = claims_table(top8_ahead[top8_ahead.experiment != "heads-top32"], main, p_values)
-    assert partial.at["16 heads is the best head count (Fig. 3)", "verdict"] == "does not hold (one seed)"
+    assert partial.at["16 heads is the best head count (Fig. 3)", "verdict"] == "does not hold (one seed; indicative: fewer than 3 seeds)"
     assert partial.at["16 heads is the best head count (Fig. 3)", "measured"].endswith("; top 32, 64 not run yet")
     with_64 = pd.concat([frame, frame[frame.experiment == "heads-top32"].assign(experiment="heads-top64",
                                                                                  value=lambda f: f.value + 0.5)])
     claims = claims_table(with_64, main, p_values)
-    assert claims.at["16 heads is the best head count (Fig. 3)", "verdict"] == "does not hold (one seed)"
+    assert claims.at["16 heads is the best head count (Fig. 3)", "verdict"] == "does not hold (one seed; indicative: fewer than 3 seeds)"
     significant = claims_table(frame, main, p_values.assign(**{"nano-scifact": [0.001, 0.01, 1.0]}))
     assert significant.at["DREAM beats REPLUG (Tables 1, 4–5)", "verdict"] == "holds"
     # a baseline that did not learn in every seed: the verdict says so
@@ -187,6 +187,36 @@ def test_the_papers_claims_are_checked_whichever_way_they_fall():
     assert "revela learned in 0 of 1 seed(s)" in caveat.at["DREAM beats Revela (Tables 1, 4–5)", "measured"]
     assert caveat.at["DREAM beats InfoNCE (Tables 1, 4–5)", "verdict"] == "does not hold"  # both learned / not run
     assert "top 64 " in claims.at["16 heads is the best head count (Fig. 3)", "measured"]
+
+
+def test_a_verdict_that_one_seed_decides_says_so():
+    """Every claim's verdict is recomputed with each seed left out; the baseline claims' significance comes
+    from the table without that seed."""
+    from dreambench.report import score_table
+    from dreambench.studies.dream.report_sections import claims_table
+
+    rows = [
+        {"method": method, "experiment": "default", "group": "main", "dataset": dataset, "metric": "ndcg_at_10",
+         "value": value, "seed": seed, "params": {"num_heads": 16}, "num_candidates": 8}
+        for dataset in ("wiki-desc2lead", "nano-scifact")
+        for method, values in (("dream", (0.30, 0.31, 0.50)), ("infonce", (0.35, 0.36, 0.20)))
+        for seed, value in enumerate(values)
+    ]  # fmt: skip
+    frame = pd.DataFrame(rows)
+    main = score_table(frame, group="main")
+    # DREAM's mean 0.37 is ahead of InfoNCE's 0.303 on both sets; seed 2 alone puts it there
+    p_all = pd.DataFrame({"wiki-desc2lead": {"infonce": 0.03}, "nano-scifact": {"infonce": 0.03}})
+    p_without = {k: pd.DataFrame({"wiki-desc2lead": {"infonce": 0.5}, "nano-scifact": {"infonce": 0.5}})
+                 for k in range(3)}  # fmt: skip
+    claims = claims_table(frame, main, p_all, p_values_without=p_without)
+    assert claims.at["DREAM beats InfoNCE (Tables 1, 4–5)", "verdict"] == (
+        "holds — not robust: without seed 0 it reads “ahead, not significantly”; without seed 1 it reads "
+        "“ahead, not significantly”; without seed 2 it reads “does not hold”"
+    )
+    # a verdict every leave-one-out agrees with carries no such note
+    steady = frame.assign(value=frame.value.where(frame.method != "dream", 0.6))
+    claims = claims_table(steady, score_table(steady, group="main"), p_all, p_values_without={k: p_all for k in range(3)})
+    assert claims.at["DREAM beats InfoNCE (Tables 1, 4–5)", "verdict"] == "holds"
 
 
 def test_ablations_compare_with_the_default_at_the_seeds_they_ran(tmp_path):
@@ -227,6 +257,11 @@ def test_ablations_compare_with_the_default_at_the_seeds_they_ran(tmp_path):
         "does not hold (3 seeds) — but dream and dream/heads-random did not learn in every seed")
     assert claims.at[claim, "measured"].startswith("0.2500 vs 0.4000 (mean NDCG@10 over 2 sets and seeds 0, 1, 2)")
     assert "learned in: dream 1 of 3, dream/heads-random 2 of 3" in claims.at[claim, "measured"]
+    # seed 2 decides a closer call: the verdict names each removal that would change it
+    close = frame.assign(value=frame.value.where(~((frame.experiment == "default") & (frame.seed == 2)), 0.90))
+    verdict = claims_table(close, main, pd.DataFrame()).at[claim, "verdict"]
+    assert verdict == ("does not hold (3 seeds) — not robust: without seed 0 it reads “holds”; without seed 1 it "
+                       "reads “holds”")  # fmt: skip
     # with seed 2 of the ablation missing, both rows are compared at seeds 0 and 1 only
     partial = claims_table(frame[~((frame.experiment == "heads-random") & (frame.seed == 2))], main, pd.DataFrame())
     assert partial.at[claim, "measured"].startswith("0.0750 vs 0.4500 (mean NDCG@10 over 2 sets and seeds 0, 1)")

@@ -117,3 +117,22 @@ def test_starting_losses_zero_sim_is_the_plain_lm_and_training_loss_is_unchanged
     with pytest.raises(ValueError, match="--batches must be ≥ 1"):
         revela_start(config, workspace, batches=0)
     assert main(["--profile", "smoke", "--revela", "--batches", "0", "--cache-dir", str(workspace.cache_dir)]) == 2
+
+
+def test_each_step_reports_the_plain_lm_loss_beside_the_in_batch_loss(workspace):
+    """The diagnostic beside the training table: stream 1's next-token loss, without the in-batch term (what
+    the in-batch loss must fall below for the retriever to matter), equal to ``starting_losses``' plain loss."""
+    method, _ = revela(workspace)
+    data_loader = method.training_loader(method_data(workspace))
+    batch = data_loader.batch(0)
+    method.trainable_modules().eval()  # no dropout: both passes see the same LM
+    loss, stats = method.compute_loss(batch)
+    start = method.starting_losses(batch)
+    assert stats["plain_loss"] == pytest.approx(start["plain"], rel=1e-5)
+    assert float(loss) == pytest.approx(start["in-batch (retriever Sim)"], rel=1e-5)
+
+
+def method_data(workspace):
+    from dreambench.data.training import load_training_data
+
+    return load_training_data(SMOKE, workspace).train

@@ -280,8 +280,11 @@ def test_learning_verdicts_say_when_a_method_did_not_learn_in_every_seed():
     assert "did not learn in every seed" in lines[0]
     assert lines[1].startswith("- `infonce`: learned in 1 of 1") and "did not learn" not in lines[1]
     # 0.25 of 100 rose, but its exact 95% interval [0.169, 0.347] holds the untrained 0.21: not learned
-    assert lines[2].startswith("- `revela`: learned in 0 of 1") and "did not learn in every seed" in lines[2]
+    assert lines[2].startswith("- `revela`: learned in 0 of 1") and "did not learn in any seed" in lines[2]
+    assert "the seed decides" in lines[0] and "p < 0.01" in "\n".join(lines)
     assert not learned(0.21, 0.25, 100) and learned(0.21, 0.25, 2000) and learned(0.19, 0.30, 100)
+    # one-sided exact binomial at p < 0.01: 29/100 against 0.19 gives p = 0.0106 (not learned), 30/100 0.0054
+    assert not learned(0.19, 0.29, 100) and learned(0.19, 0.30, 100) and not learned(1.0, 1.0, 100)
 
 
 def test_default_profile_plans_every_shipped_set_without_a_data_dir(workspace, capsys):

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from dreambench.config import TrainConfig, apply_overrides
-from dreambench.data.loader import TrainingLoader
 from dreambench.data.training import load_training_data
 from dreambench.method import METHODS
 from dreambench.profiles import PROFILES
@@ -33,7 +32,7 @@ def dream(workspace, config=SMOKE):
     data = load_training_data(config, workspace)
     seed_everything(config.train.seed)  # as TrainedDenseMethod.prepare does
     method.build(data)
-    return method, TrainingLoader(data.train, method.view, config.train.batch_size, config.train.seed)
+    return method, method.training_loader(data.train)
 
 
 def trainer(method, out_dir, config=SMOKE):

@@ -63,12 +63,15 @@ class InBatchPlan:
         i, j = torch.meshgrid(torch.arange(size), torch.arange(size), indexing="ij")
         self.rows, self.cols = (x[i != j].to(self.sim.device) for x in (i, j))  # (P,) each, P = C·(C−1)
         self.pair_mask = self.pairs(self.key_mask, self.cols)[:, None, None, :]  # (G·P, 1, 1, Lk)
-        self.pair_weights = self.sim[:, self.rows, self.cols]  # (G, P)
+        # index_select, not advanced indexing: its backward (index_add) sums a chunk's repeated rows in a fixed
+        # order, where advanced indexing's (index_put with accumulate) may sum them in a thread-dependent order
+        # on the CPU, moving the last bits from run to run (tests/test_determinism.py)
+        self.pair_weights = self.sim.flatten(1).index_select(1, self.rows * size + self.cols)  # (G, P)
 
     def pairs(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Per-chunk rows (N, …) → one row per pair, picking chunk ``index[p]`` of each group → (G·P, …)."""
         groups, size, _ = self.sim.shape
-        return x.unflatten(0, (groups, size))[:, index].flatten(0, 1)
+        return x.unflatten(0, (groups, size)).index_select(1, index).flatten(0, 1)
 
 
 def similarity(query_emb: torch.Tensor, key_emb: torch.Tensor, tau: float) -> torch.Tensor:

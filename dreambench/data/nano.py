@@ -44,6 +44,9 @@ class NanoRecipe:
     bm25_depth: int  # top-k BM25 results per sampled query added to the corpus (0: judged documents only)
     max_docs: int | None  # corpus cap (see the module docstring); None: no cap
     seed: int = 0
+    # top-k documents per sampled query under an encoder independent of every method under test (WordLlama's
+    # static embeddings), added beside BM25's: a dense model's own confusions are then present too (0: none)
+    dense_depth: int = 0
     source: str = ""
     licence: str = ""
     citation: str = ""
@@ -128,7 +131,8 @@ def readme(manifest: dict[str, Any]) -> str:
         total += s["bytes"]
         lines.append(
             f"| {name} | {r['base']} | {s['queries']} | {s['docs']} ({s['judged_docs']}) | "
-            f"{s['full_queries']} / {s['full_docs']} | {r['bm25_depth'] or '–'} | {r['max_docs'] or '–'} | "
+            f"{s['full_queries']} / {s['full_docs']} | {r['bm25_depth'] or '–'}"
+            f"{f' + {dense} dense' if (dense := r.get('dense_depth')) else ''} | {r['max_docs'] or '–'} | "
             f"{s['stopped_by'] or 'whole set'} | {s['bytes'] / 1e3:.0f} kB | {r['licence']} | {r['source']} |"
         )
     lines += [

@@ -99,18 +99,23 @@ class CandidatePool:
     """Chunks of a set of articles, with BM25 neighbour search (bm25s) for distractors."""
 
     def __init__(self, chunks: list[Chunk]):
-        import bm25s
-
         self.chunks = chunks
         self.by_article: dict[str, list[int]] = {}
         for i, c in enumerate(chunks):
             self.by_article.setdefault(c.article, []).append(i)
         self._stemmer = english_stemmer()
-        self._bm25 = bm25s.BM25(method="lucene", k1=0.9, b=0.4)
+
+    @functools.cached_property
+    def _bm25(self):
+        """The BM25 index of the chunks, built on first use (one-document candidate sets never need it)."""
+        import bm25s
+
+        index = bm25s.BM25(method="lucene", k1=0.9, b=0.4)
         tokens = bm25s.tokenize(
-            [c.text for c in chunks], stopwords="en", stemmer=self._stemmer, show_progress=False
+            [c.text for c in self.chunks], stopwords="en", stemmer=self._stemmer, show_progress=False
         )
-        self._bm25.index(tokens, show_progress=False)
+        index.index(tokens, show_progress=False)
+        return index
 
     def neighbours(self, texts: list[str], k: int) -> list[list[int]]:
         import bm25s
@@ -145,12 +150,33 @@ class CandidatePool:
             take(rest, lambda c: True)
         return chosen if len(chosen) == k else None
 
+    def document_set(self, target: int, k: int, rng: random.Random) -> list[int] | None:
+        """K consecutive chunks of the target's article, the target among them, in document order (DREAM
+        §4.1: one document's chunks form one candidate set); None if no such window has K distinct texts."""
+        members = self.by_article[self.chunks[target].article]  # in document order
+        at = members.index(target)
+        starts = [
+            s for s in range(max(0, at - k + 1), min(at, len(members) - k) + 1)
+            if len({self.chunks[j].text for j in members[s : s + k]}) == k
+        ]  # fmt: skip
+        if not starts:
+            return None
+        start = rng.choice(starts)
+        return members[start : start + k]
 
-def _target_order(pool: CandidatePool, rng: random.Random) -> list[int]:
-    """One target chunk per article, articles in random order."""
-    articles = sorted(pool.by_article)
+
+def _target_order(pool: CandidatePool, rng: random.Random, min_chunks: int = 1) -> list[int]:
+    """One target chunk per article of at least ``min_chunks`` chunks, articles in random order."""
+    articles = sorted(a for a, members in pool.by_article.items() if len(members) >= min_chunks)
     rng.shuffle(articles)
     return [rng.choice(pool.by_article[a]) for a in articles]
+
+
+def eligible_articles(articles: list[Article], data: DataConfig) -> int:
+    """How many of ``articles`` can give a candidate set under ``data`` (one-document: K distinct chunks)."""
+    if data.candidate_sets != "one-document":
+        return len(articles)
+    return sum(len({c.text for c in article_chunks(a, data)}) >= data.num_candidates for a in articles)
 
 
 def _build_instances(
@@ -162,7 +188,8 @@ def _build_instances(
     missing, so a generator that fails on some passages costs a little extra generation, not instances.
     """
     rng = random.Random(seed)
-    order = _target_order(pool, rng)
+    one_document = data.candidate_sets == "one-document"
+    order = _target_order(pool, rng, data.num_candidates if one_document else 1)
     instances: list[TrainingInstance] = []
     failed = position = 0
     while len(instances) < needed and position < len(order):
@@ -173,13 +200,20 @@ def _build_instances(
             [pool.chunks[t].text for t in targets], data, workspace, seed=f"{seed}:{position}"
         )
         failed += sum(q is None for q in queries)
-        ranked = pool.neighbours(
-            [pool.chunks[t].text for t in targets], k=min(len(pool.chunks), 8 * data.num_candidates)
+        ranked = (
+            [[]] * len(targets)  # one-document sets need no neighbours
+            if one_document
+            else pool.neighbours(
+                [pool.chunks[t].text for t in targets], k=min(len(pool.chunks), 8 * data.num_candidates)
+            )
         )
         for target, ranking, query in zip(targets, ranked, queries, strict=True):
             if query is None or len(instances) == needed:
                 continue
-            chosen = pool.candidate_set(target, ranking, data.num_candidates, rng)
+            if one_document:
+                chosen = pool.document_set(target, data.num_candidates, rng)
+            else:
+                chosen = pool.candidate_set(target, ranking, data.num_candidates, rng)
             if chosen is None:
                 continue
             rng.shuffle(chosen)
@@ -204,7 +238,10 @@ def _queries_for(passages: list[str], data: DataConfig, workspace: Workspace, se
         return [crop_query(p, rng) for p in passages]
     if data.query_source == "generate":
         generator = QueryGenerator(
-            data.query_generator, workspace, data.query_batch_size, data.query_max_new_tokens,
+            data.query_generator,
+            workspace,
+            data.query_batch_size,
+            data.query_max_new_tokens,
             data.query_precision,
         )
         return generator.generate(passages)
@@ -282,6 +319,23 @@ def check_candidate_pools(config: RunConfig, workspace: Workspace) -> None:
                 f"data.num_candidates = {data.num_candidates}: the {name} pool of {data.source} has only "
                 f"{distinct} distinct chunks, so no candidate set can be built"
             )
+    if data.candidate_sets == "one-document":
+        for name, articles, wanted, option in (
+            (
+                "training",
+                training_articles,
+                data.num_train + data.num_probe,
+                "data.num_train + data.num_probe",
+            ),
+            ("held-out", heldout_articles, data.num_heldout, "data.num_heldout"),
+        ):
+            eligible = eligible_articles(articles, data)
+            if eligible < wanted:
+                raise ValueError(
+                    f"{option} = {wanted}, but only {eligible} of the {len(articles)} {name} articles of "
+                    f"{data.source} have data.num_candidates = {data.num_candidates} chunks of at most "
+                    f"data.chunk_max_words = {data.chunk_max_words} words (one target per article)"
+                )
 
 
 def _build(data: DataConfig, workspace: Workspace, folder: Path) -> None:

@@ -80,6 +80,8 @@ LAYOUTS = {
 
 
 INJECTED_ROWS = ("query", "suffix")
+ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+ALL_LINEAR = (*ATTENTION_PROJECTIONS, "gate_proj", "up_proj", "down_proj")  # the seven of a Llama block
 
 
 def judge_layout(name: str) -> JudgeLayout:
@@ -199,17 +201,28 @@ class LanguageModel(nn.Module):
         self.name = name
 
     @classmethod
-    def load(cls, name: str, workspace: Workspace, lora_r: int = 0, lora_alpha: int = 0) -> LanguageModel:
+    def load(
+        cls,
+        name: str,
+        workspace: Workspace,
+        lora_r: int = 0,
+        lora_alpha: int = 0,
+        lora_dropout: float = 0.0,
+        lora_targets: tuple[str, ...] = ATTENTION_PROJECTIONS,
+    ) -> LanguageModel:
         model = use_kernel(load_model(name, workspace, causal_lm=True))
         for parameter in model.parameters():
             parameter.requires_grad_(False)
-        if lora_r > 0:  # the judge-LoRA ablation (DREAM Fig. 5)
+        if lora_r > 0:  # Revela's co-trained LM, the judge-LoRA ablation (DREAM Fig. 5)
             from peft import LoraConfig, get_peft_model
 
             model = get_peft_model(
                 model,
                 LoraConfig(
-                    r=lora_r, lora_alpha=lora_alpha, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]
+                    r=lora_r,
+                    lora_alpha=lora_alpha,
+                    lora_dropout=lora_dropout,
+                    target_modules=list(lora_targets),
                 ),
             )
         return cls(model, load_tokenizer(name, workspace), name)
@@ -257,7 +270,9 @@ class LanguageModel(nn.Module):
         With a ``store`` and a one-row batch, the keys and values are read from it when present and written to
         it when computed."""
         if any(p.requires_grad for p in self.model.parameters()):
-            raise ValueError("the prefix cache needs a frozen judge (the judge-LoRA ablation trains its prefix)")
+            raise ValueError(
+                "the prefix cache needs a frozen judge (the judge-LoRA ablation trains its prefix)"
+            )
         start = int(inputs.spans.query_index[:, 0].min())
         prefix_ids = inputs.input_ids[:, :start]
         stored = store is not None and prefix_ids.shape[0] == 1

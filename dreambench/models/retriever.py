@@ -8,8 +8,10 @@ the hardware supports it, and records its throughput.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,10 +42,18 @@ class EncodeStats:
     texts: int = 0
     tokens: int = 0
     seconds: float = 0.0
+    max_tokens: int = 0  # the length cap the texts were encoded at (prefix + text + EOS)
+    truncated: int = 0  # texts longer than that, cut to it
 
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def full_precision(device: torch.device, enabled: bool = True) -> contextlib.AbstractContextManager:
+    """Autocast off for score arithmetic (scores, softmaxes over candidates, Revela's Sim), so that it runs in
+    fp32 inside a bf16 training step; ``enabled=False``: a no-op, the caller's autocast applies."""
+    return torch.autocast(device.type, enabled=False) if enabled else contextlib.nullcontext()
 
 
 class DenseRetriever(nn.Module):
@@ -53,6 +63,7 @@ class DenseRetriever(nn.Module):
         self.tokenizer = tokenizer
         self.config = config
         self.last_stats = EncodeStats()
+        self.encode_stats: dict[str, EncodeStats] = {}  # the last ``encode`` of each kind (query, passage)
         self.tokens_embedded = 0  # running count of tokens through ``embed`` (training throughput logs)
 
     # ---- construction ----------------------------------------------------------------------------------
@@ -96,19 +107,40 @@ class DenseRetriever(nn.Module):
         return next(self.backbone.parameters()).device
 
     # ---- tokenisation and forward ------------------------------------------------------------------------
-    def tokenize(self, texts: list[str], kind: str, padding_side: str = "right") -> dict[str, torch.Tensor]:
-        """Prefix, truncate to the configured length keeping room for EOS, append EOS, pad."""
-        if kind == "query":
-            prefix, max_tokens = self.config.query_prefix, self.config.max_query_tokens
-        elif kind == "passage":
-            prefix, max_tokens = self.config.passage_prefix, self.config.max_passage_tokens
-        else:
+    def length_cap(self, kind: str, max_tokens: int | None = None) -> int:
+        """The length ``kind`` texts are cut to (prefix + text + EOS): ``max_tokens`` (the evaluation lengths),
+        or when None or 0 the configured training length (``model.max_query_tokens``/``max_passage_tokens``)."""
+        if kind not in ("query", "passage"):
             raise ValueError(f"kind must be 'query' or 'passage', got {kind!r}")
+        return max_tokens or getattr(self.config, f"max_{kind}_tokens")
+
+    def token_rows(self, texts: list[str], kind: str, max_tokens: int | None = None) -> tuple[list[list[int]], int]:
+        """Each text's token ids as encoded: prefix + text, truncated to the length cap (:meth:`length_cap`)
+        keeping room for EOS, then EOS; and how many texts the cap cut (counted in the same tokenizer pass)."""
+        limit = self.length_cap(kind, max_tokens) - 1
+        prefix = self.config.query_prefix if kind == "query" else self.config.passage_prefix
+        tok, texts = self.tokenizer, [prefix + t for t in texts]
+        options = {"add_special_tokens": True, "truncation": True, "max_length": limit, "return_overflowing_tokens": True}
+        if tok.is_fast:  # one row per window of ``limit`` tokens, each text's in order: the first one encodes
+            encoded = tok(texts, **options)
+            sample = encoded["overflow_to_sample_mapping"]
+            rows = [ids for i, ids in enumerate(encoded["input_ids"]) if i == 0 or sample[i] != sample[i - 1]]
+            cut = sum(1 for windows in Counter(sample).values() if windows > 1)
+        else:  # a Python tokenizer returns what it cut beside each text (one text at a time)
+            encoded = [tok(text, **options) for text in texts]
+            rows, cut = [e["input_ids"] for e in encoded], sum(1 for e in encoded if e.get("overflowing_tokens"))
+        return [ids + [tok.eos_token_id] for ids in rows], cut
+
+    def tokenize(
+        self, texts: list[str], kind: str, padding_side: str = "right", max_tokens: int | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Prefix, truncate to the length cap keeping room for EOS (``max_tokens``; None: the training length),
+        append EOS, pad."""
+        return self.pad(self.token_rows(texts, kind, max_tokens)[0], padding_side)
+
+    def pad(self, rows: list[list[int]], padding_side: str = "right") -> dict[str, torch.Tensor]:
+        """Token id rows as a padded batch: ``input_ids`` and ``attention_mask`` (B, T)."""
         tok = self.tokenizer
-        encoded = tok(
-            [prefix + t for t in texts], add_special_tokens=True, truncation=True, max_length=max_tokens - 1
-        )
-        rows = [ids + [tok.eos_token_id] for ids in encoded["input_ids"]]
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -130,21 +162,35 @@ class DenseRetriever(nn.Module):
         self.tokens_embedded += int(batch["attention_mask"].sum())
         return self(**batch)
 
-    def candidate_scores(self, queries: list[str], candidates: list[list[str]]) -> torch.Tensor:
-        """s(q, d_j) = e_q·e_{d_j} for each query and its K candidates (DREAM Eq. 2), with gradients → (B, K)."""
+    def candidate_scores(self, queries: list[str], candidates: list[list[str]], fp32: bool = True) -> torch.Tensor:
+        """s(q, d_j) = e_q·e_{d_j} for each query and its K candidates (DREAM Eq. 2), with gradients → (B, K).
+
+        ``fp32``: the product in fp32 whatever the caller's autocast (the embeddings are fp32 already); else in
+        the autocast dtype (``train.score_precision = "autocast"``)."""
         num_docs = len(candidates[0])
         if any(len(row) != num_docs for row in candidates):
             raise ValueError("every query needs the same number of candidates")
         q = self.embed(queries, "query")  # (B, D)
         d = self.embed([doc for row in candidates for doc in row], "passage")  # (B·K, D)
-        return torch.einsum("bd,bkd->bk", q, d.view(len(queries), num_docs, -1))
+        with full_precision(q.device, fp32):
+            return torch.einsum("bd,bkd->bk", q.float(), d.view(len(queries), num_docs, -1).float())
 
     @torch.inference_mode()
     def encode(
-        self, texts: list[str], kind: str, batch_size: int | None = None, progress: bool = True
+        self,
+        texts: list[str],
+        kind: str,
+        batch_size: int | None = None,
+        progress: bool = True,
+        max_tokens: int | None = None,
     ) -> torch.Tensor:
-        """Embeddings for many texts (N, D) in fp32 on CPU; length-sorted batches, autocast, progress bar."""
+        """Embeddings for many texts (N, D) in fp32 on CPU; length-sorted batches, autocast, progress bar.
+
+        ``max_tokens``: the length cap (evaluation: ``eval.max_query_tokens``/``max_passage_tokens``); None or 0:
+        the training length. ``last_stats`` and ``encode_stats[kind]`` then count tokens and the texts cut."""
         batch_size = batch_size or self.config.encode_batch_size
+        stats = EncodeStats(texts=len(texts), max_tokens=self.length_cap(kind, max_tokens))
+        self.last_stats = self.encode_stats[kind] = stats
         if not texts:
             return torch.zeros((0, self.backbone.config.hidden_size))
         was_training = self.training
@@ -154,7 +200,6 @@ class DenseRetriever(nn.Module):
         device = self.device
         dtype = autocast_dtype(self.config.precision, device)
         out = torch.empty((len(texts), self.backbone.config.hidden_size))
-        stats = EncodeStats(texts=len(texts))
         start = time.perf_counter()
         # several processes (torchrun): rank r encodes batches r, r + W, ... of the same length-sorted batches a
         # single process makes (so the embeddings are bit-identical to its), then the rows are summed over ranks
@@ -166,7 +211,9 @@ class DenseRetriever(nn.Module):
         bar = tqdm(total=len(texts), desc=f"encode {label}", unit="text", disable=not progress or rank > 0, leave=False)
         for i in mine:
             index = order[i : i + batch_size]
-            batch = {k: v.to(device) for k, v in self.tokenize([texts[j] for j in index], kind).items()}
+            rows, cut = self.token_rows([texts[j] for j in index], kind, max_tokens)
+            batch = {k: v.to(device) for k, v in self.pad(rows).items()}
+            stats.truncated += cut
             with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
                 out[index] = self(**batch).cpu()
             stats.tokens += int(batch["attention_mask"].sum())
@@ -175,9 +222,8 @@ class DenseRetriever(nn.Module):
         bar.close()
         if ranks > 1:
             distributed.sum_rows_(out)
-            stats.tokens = int(distributed.all_sum([stats.tokens])[0])
+            stats.tokens, stats.truncated = (int(n) for n in distributed.all_sum([stats.tokens, stats.truncated]))
         stats.seconds = time.perf_counter() - start
-        self.last_stats = stats
         log.debug("encoded %d %ss: %.0f tokens/s", len(texts), kind, stats.tokens_per_second)
         self.train(was_training)
         return out

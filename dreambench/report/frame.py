@@ -43,6 +43,7 @@ def results_frame(results_dir: Path, profile: str) -> pd.DataFrame:
                     "git": (payload.get("git") or {}).get("commit"),
                     "created": payload.get("created"),
                     "training": payload.get("training"),  # trained methods: the run's summary
+                    "truncated": payload.get("truncated"),  # dense methods: texts cut to the evaluation lengths
                 }
             )
     return pd.DataFrame(rows)

@@ -26,6 +26,7 @@ from .tables import (
     TRAINING_FORMATS,
     average_note,
     display_table,
+    evaluation_lengths_table,
     evaluation_time,
     fidelity,
     geometry_table,
@@ -274,6 +275,23 @@ def datasets(ctx: ReportContext) -> list[str]:
     return ["## Datasets", "", markdown_table(counts), ""]
 
 
+def evaluation_lengths(ctx: ReportContext) -> list[str]:
+    table = evaluation_lengths_table(ctx.frame)
+    if table.empty:
+        return []
+    table.to_csv(ctx.out / "evaluation_lengths.csv")
+    return [
+        "## Evaluation lengths (dense methods; `evaluation_lengths.csv`)",
+        "",
+        "Queries and passages are encoded at most this long (prefix + text + EOS, in the backbone's tokens: "
+        "`eval.max_query_tokens`, `eval.max_passage_tokens`); the shares are of the set's queries and passages "
+        "that were longer and so cut. BM25 reads every text whole. —: recorded before this was measured.",
+        "",
+        markdown_table(table),
+        "",
+    ]
+
+
 def wall_time(ctx: ReportContext) -> list[str]:
     table, notes = stage_times(ctx.results_dir, ctx.profile, ctx.study_stages)
     if table.empty:
@@ -284,7 +302,7 @@ def wall_time(ctx: ReportContext) -> list[str]:
 
 
 def provenance(ctx: ReportContext) -> list[str]:
-    ctx.frame.drop(columns=["params", "training"]).to_csv(
+    ctx.frame.drop(columns=["params", "training", "truncated"]).to_csv(
         ctx.out / "results_long.csv", index=False, float_format="%.6f"
     )
     table = provenance_table(ctx.results_dir, ctx.profile)
@@ -317,6 +335,7 @@ HARNESS_SECTIONS = tuple(
         ("nano fidelity", nano_fidelity),
         ("evaluation time", evaluation_seconds),
         ("datasets", datasets),
+        ("evaluation lengths", evaluation_lengths),
         ("wall time", wall_time),
         ("provenance", provenance),
     )

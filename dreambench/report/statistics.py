@@ -33,12 +33,14 @@ def per_query_scores(
     return {key: pd.DataFrame(runs).fillna(0.0) for key, runs in collected.items()}
 
 
-def significance(results_dir: Path, profile: str, reference: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def significance(
+    results_dir: Path, profile: str, reference: str, leave_out: int | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per dataset, ``reference`` against every other main-table row: the corrected p-value of a paired
     t-test over queries, on the training seeds both rows ran (per-query NDCG@10 averaged over those seeds: a
     row with more seeds is not compared by its mean against another's single run). Rows = the other methods,
     columns = datasets; the family corrected for is the comparisons made on one dataset. Returns the p-values
-    and, in the same layout, the seeds each comparison used ("0,1,2")."""
+    and, in the same layout, the seeds each comparison used ("0,1,2"). ``leave_out``: a training seed not used."""
     from ranx.statistical_tests import paired_student_t_test
 
     scores = per_query_scores(results_dir, profile)
@@ -53,7 +55,7 @@ def significance(results_dir: Path, profile: str, reference: str) -> tuple[pd.Da
             theirs_all = scores[(row, dataset)]
             if list(theirs_all.columns) == [ANY_SEED]:  # the same model at every seed of ours
                 theirs_all = pd.DataFrame({k: theirs_all[ANY_SEED] for k in ours_all.columns})
-            seeds = sorted(set(ours_all.columns) & set(theirs_all.columns), key=str)
+            seeds = sorted(set(ours_all.columns) & set(theirs_all.columns) - {leave_out}, key=str)
             if not seeds:
                 continue
             ours, theirs = ours_all[seeds].mean(axis=1), theirs_all[seeds].mean(axis=1)
@@ -73,13 +75,28 @@ def significance_mark(p_value: float) -> str:
     return next((mark for level, mark in SIGNIFICANCE_LEVELS if p_value < level), "")
 
 
+LEARNED_P = 0.01  # fixed before any run: the level of the one-sided test in :func:`learned`
+LEARNED_TEST = (
+    "A run *learned* when its held-out top-1 is significantly above the untrained retriever's on the same "
+    f"instances: exact binomial test, one-sided, p < {LEARNED_P} (trained hits out of the held-out instances "
+    "against the untrained top-1 as the success rate)."
+)
+
+
 def learned(before: float, after: float, instances: int) -> bool:
-    """A run learned when its held-out top-1 is clearly above the untrained one: the exact (Clopper–Pearson)
-    95% interval of the trained top-1 over the held-out instances lies above the untrained value."""
+    """Whether a run learned (:data:`LEARNED_TEST`): its held-out top-1 ``after`` over ``instances`` is
+    significantly above the untrained ``before``."""
     from scipy.stats import binomtest
 
     hits = round(after * instances)
-    return bool(binomtest(hits, instances).proportion_ci(0.95, method="exact").low > before)
+    if before >= 1:
+        return False
+    return bool(binomtest(hits, instances, p=max(before, 0.0), alternative="greater").pvalue < LEARNED_P)
+
+
+def seed_consistency(learned_in: int, seeds: int) -> str:
+    """all | none | mixed: whether a method's outcome belongs to the method or to the seed."""
+    return "all" if learned_in == seeds else "none" if learned_in == 0 else "mixed"
 
 
 def _runs_by_method(training: pd.DataFrame):
@@ -106,18 +123,17 @@ def learning_verdicts(training: pd.DataFrame) -> list[str]:
     for name, rows in _runs_by_method(training):
         before, after = rows["held-out top-1 before"], rows["held-out top-1 after"]
         rose = learned_seeds[name][0]
+        outcome = {
+            "all": "",
+            "none": " — **did not learn in any seed**",
+            "mixed": " — **did not learn in every seed: the seed decides, not the method**",
+        }[seed_consistency(rose, len(rows))]
         lines.append(
             f"- `{name}`: learned in {rose} of {len(rows)} seed(s); held-out top-1 mean {before.mean():.3f} → "
             f"{after.mean():.3f} (per seed: {', '.join(f'{a:.2f}' for a in after)}; chance "
-            f"{rows['chance top-1'].mean():.3f})"
-            + ("" if rose == len(rows) else " — **did not learn in every seed**")
+            f"{rows['chance top-1'].mean():.3f}){outcome}"
         )
-    return lines + [
-        "",
-        "A run *learned* when its held-out top-1 is clearly above the untrained one: the exact (Clopper–Pearson) "
-        "95% interval of the trained top-1 over the held-out instances lies above the untrained value.",
-        "",
-    ]
+    return lines + ["", LEARNED_TEST, ""]
 
 
 def runs_learned(training: pd.DataFrame | None) -> dict[tuple[str, int], bool]:

@@ -6,7 +6,7 @@ import pandas as pd
 
 from ..evaluation.metrics import MAIN_METRIC
 from ..tasks import TASKS
-from .frame import average_groups, in_row_order, row_label, row_seeds, score_table
+from .frame import average_groups, dataset_order, in_row_order, row_label, row_seeds, score_table
 from .statistics import runs_learned, significance_mark
 
 
@@ -138,6 +138,26 @@ def evaluation_time(frame: pd.DataFrame, datasets: tuple[str, ...]) -> pd.DataFr
     return table
 
 
+def evaluation_lengths_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset: the lengths the dense methods encoded its queries and passages at, and the share of each
+    longer than that (cut to it), from the results' ``truncated`` records (a main-table record first: they
+    agree for one backbone). "—" where a dataset's records predate the measurement; empty when all do."""
+    sub = frame[(frame.metric == MAIN_METRIC) & (frame.backbone != "-")]
+    if "truncated" not in sub.columns or not any(isinstance(t, dict) for t in sub.truncated):
+        return pd.DataFrame()
+    rows = {}
+    for dataset in sorted(set(sub.dataset), key=dataset_order):
+        of_set = sub[sub.dataset == dataset].sort_values("group", key=lambda g: g != "main", kind="stable")
+        t = next((t for t in of_set.truncated if isinstance(t, dict)), None)
+        rows[dataset] = {
+            "query tokens": str(t["query_tokens"]) if t else "—",
+            "queries truncated": f"{t['queries']:.1%}" if t else "—",
+            "passage tokens": str(t["passage_tokens"]) if t else "—",
+            "passages truncated": f"{t['passages']:.1%}" if t else "—",
+        }
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("dataset")
+
+
 def geometry_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Main-group results with geometry, restricted to the datasets every such method has (fair means)."""
     sub = frame[(frame.metric == MAIN_METRIC) & (frame.group == "main") & frame.alignment.notna()]
@@ -169,6 +189,7 @@ def training_table(frame: pd.DataFrame) -> pd.DataFrame:
         if not summary:
             continue
         before, after = summary.get("heldout_before") or {}, summary.get("heldout_after") or {}
+        plain = [v for v in (summary.get("curve") or {}).get("plain_loss") or [] if v is not None]
         rows[f"{row_label(method, experiment)} [seed {seed}]"] = {
             "steps": summary.get("steps"),
             "train min": round(summary["train_seconds"] / 60, 1) if summary.get("train_seconds") else None,
@@ -191,6 +212,14 @@ def training_table(frame: pd.DataFrame) -> pd.DataFrame:
                 )
                 if key in summary
             },
+            # diagnostics, where a method records them: how informative REPLUG's P_LM is, and Revela's plain-LM
+            # loss (without the in-batch term) beside its in-batch loss above
+            **{
+                label: summary[key]
+                for label, key in (("P_LM entropy", "lm_entropy"), ("P_LM one-hot", "lm_one_hot_share"))
+                if key in summary
+            },
+            **({"first plain-LM loss": plain[0], "final plain-LM loss": plain[-1]} if plain else {}),
         }
     return pd.DataFrame.from_dict(rows, orient="index").loc[in_row_order(rows)] if rows else pd.DataFrame()
 

@@ -41,7 +41,6 @@ from tqdm.auto import tqdm
 
 from ...attention import InjectionPlan
 from ...config import RunConfig, fingerprint, method_params
-from ...data.loader import TrainingLoader
 from ...data.training import TrainingInstance, load_training_data
 from ...method import METHODS
 from ...models.backbones import autocast_dtype
@@ -287,7 +286,7 @@ def revela_start(config: RunConfig, workspace: Workspace, batches: int = 8) -> l
     method = METHODS.get("revela")(config, workspace, "signal")
     seed_everything(config.train.seed)
     method.build(data)
-    loader = TrainingLoader(data.train, method.view, config.train.batch_size, config.train.seed)
+    loader = method.training_loader(data.train)
     dtype = autocast_dtype(config.train.precision, method.device)
     rows = []
     for index in tqdm(range(batches), desc="revela start", unit="batch"):

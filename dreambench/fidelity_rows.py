@@ -1,0 +1,232 @@
+"""The rows of ``docs/fidelity.md``: every setting against the papers (rendered and checked by
+:mod:`dreambench.fidelity`).
+
+A row records the paper's value with its section ("not specified" when no paper gives one), the released
+code's where it differs or fills a gap, the value each profile runs, and why a profile departs from the paper.
+Changing a profile's value fails ``tests/test_fidelity.py`` until its row (and its reason) is updated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+PROFILE_ORDER = ("smoke", "mini", "paper")
+
+
+@dataclass(frozen=True)
+class Varies:
+    """A profile's value that some methods' main experiments change: ``base`` is the profile's own value,
+    ``by_method`` the methods that run another one."""
+
+    base: Any
+    by_method: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str  # the dotted key, as config overrides spell it
+    paper: str  # the paper's value with paper and section, or "not specified"
+    smoke: Any  # the value each profile runs (a Varies where the methods' main experiments differ)
+    mini: Any
+    paper_profile: Any
+    why: str = ""  # why a profile differs from the paper: one short sentence per profile
+    code: str = ""  # the released code's value, where it differs from the paper or the paper gives none
+    methods: str = ""  # shared keys: all | dense | trained | comma-separated names ("": the area's default)
+    engineering: bool = False  # changes speed, memory or disk use, not what the method computes
+
+    def value(self, profile: str) -> Any:
+        return {"smoke": self.smoke, "mini": self.mini, "paper": self.paper_profile}[profile]
+
+
+TEST = "smoke: test-sized"
+CPU = "mini: CPU budget"
+KEPT = "kept until the committed mini report is regenerated"
+OFFLINE = "mini: the offline model"
+TUNED = "mini: the tuning search's choice"
+QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
+ALL_LINEAR = (*QKVO, "gate_proj", "up_proj", "down_proj")
+MINI_SETS = (
+    "wiki-desc2lead", "nano-scifact", "nano-arguana", "nano-nfcorpus", "nano-financebench", "nano-humaneval",
+    "nano-mbpp",
+)  # fmt: skip
+PAPER_SETS = (
+    "arguana", "nfcorpus", "fiqa", "scifact", "scidocs", "quora", "trec-covid", "webis-touche2020",
+    "cqadupstack",  # BEIR, then RTEB
+    "aila-casedocs", "aila-statutes", "legalsummarization", "financebench", "hc3finance", "finqa", "apps",
+    "ds1000", "humaneval", "mbpp", "wikisql", "freshstack", "chatdoctor", "curev1",
+)  # fmt: skip
+
+DATA = (
+    Row("data.source", "DREAM §4.1, Revela §4.1: Wikipedia (Tevatron/wikipedia-nq-corpus)", "synthetic",
+        "wiki-offline", "tevatron-wiki-nq", f"{TEST}; mini: Wikipedia leads shipped in a package (offline)"),
+    Row("data.num_train", "DREAM §4.1: not stated (1,500 steps × 32 = 48,000); Revela §4.1: 320,000 batches",
+        8, 400, 48_000, f"{TEST}; {CPU} (100 steps × 4)"),
+    Row("data.num_heldout", "not in the papers (tuning, the Training table)", 4, 100, 1000, TEST),
+    Row("data.num_probe", "DREAM App. B: 5,000", 4, 128, 5000, f"{TEST}; {CPU}", methods="dream"),
+    Row("data.num_candidates", "DREAM §4.1, §6 (Fig. 6): 16; Revela §4.1: batches of 16", 4, 8, 16,
+        f"{TEST}; {CPU} (the judge reads every candidate)"),
+    Row("data.candidate_sets", "DREAM §4.1: one document split into 16 chunks", "one-document", "mixed",
+        "one-document", f"mini: {KEPT}"),
+    Row("data.chunk_max_words", "DREAM: not specified; Revela §4.1, App. B.2: 120", 16, 48, 100,
+        f"{TEST}; mini: lead paragraphs are short; paper: the corpus's 100-word passages"),
+    Row("data.chunk_min_words", "not specified", 3, 8, 8, TEST),
+    Row("data.query_source", "DREAM §4.1, App. A: generated from the target", "crop", "generate", "generate",
+        f"{TEST} (no generator)"),
+    Row("data.query_generator", "DREAM §4.1: Qwen3-14B", "tiny-llama", "gemma3-270m", "Qwen/Qwen3-14B",
+        f"{TEST}; mini: the only other offline LLM (the generator is not the judge)"),
+    Row("data.query_max_new_tokens", "not specified", 48, 48, 48),
+    Row("data.query_batch_size", "not specified", 1, 1, 64,
+        "smoke, mini: each query independent of its batch; paper: GPU throughput (not batch-invariant)"),
+    Row("data.query_precision", "not specified", "fp32", "fp32", "auto",
+        "smoke, mini: fp32 is the faster on CPU; paper: bf16 on the GPU"),
+    Row("data.eval_articles", "not in the papers (this suite's wiki-desc2lead set)", 24, 600, 600, TEST,
+        methods="all"),
+    Row("data.eval_queries", "not in the papers (this suite's wiki-desc2lead set)", 12, 300, 300, TEST,
+        methods="all"),
+    Row("data.seed", "not specified", 13, 13, 13, methods="all"),
+)  # fmt: skip
+
+MODEL = (
+    Row("model.backbone", "DREAM §4.1: Qwen2.5-0.5B, Llama-3.2-1B, Llama-3.2-3B", "tiny-llama",
+        "smollm2-135m-instruct", "qwen2.5-0.5b",
+        f"{TEST}; {OFFLINE} (Revela §4.1 also reports SmolLM2-135M); paper: the other two as experiments"),
+    Row("model.query_prefix", 'Revela §4.1: "Query: "; DREAM: not specified', "Query: ", "Query: ", "Query: ",
+        code='Revela: "query: " (arguments.py default)'),
+    Row("model.passage_prefix", 'Revela §4.1: "Passage: "; DREAM: not specified', "Passage: ", "Passage: ",
+        "Passage: ", code='Revela: "passage: " (arguments.py default)'),
+    Row("model.max_query_tokens", "training queries — DREAM: not specified; Revela: no queries", 32, 64, 64,
+        f"{TEST}; mini, paper: DREAM gives none (evaluation: eval.max_query_tokens)"),
+    Row("model.max_passage_tokens", "training chunks — DREAM: not specified; Revela §4.1: 160", 64, 256, 512,
+        f"{TEST}; {CPU} (encoding); paper: DREAM gives none (evaluation: eval.max_passage_tokens)"),
+    Row("model.lora_r", "DREAM §4.1: 32; Revela §4.1: 256", 4, 32, 32,
+        f"{TEST}; mini, paper: DREAM's rank for every method", methods="trained"),
+    Row("model.lora_alpha", "DREAM §4.1: 64", 8, 64, 64, TEST, code="Revela: 64", methods="trained"),
+    Row("model.lora_dropout", "not specified", 0.0, 0.0, 0.0, code="Revela: 0.1", methods="trained"),
+    Row("model.lora_targets", "DREAM §4.1: q/k/v/o", QKVO, QKVO, QKVO, code="Revela: q/k/v/o, gate/up/down",
+        methods="trained"),
+    Row("model.precision", "DREAM: not specified; Revela §4.1: bf16 mixed precision", "fp32", "auto", "auto",
+        f"{TEST} (exact); auto: bf16 where supported"),
+    Row("model.encode_batch_size", "not specified", 8, 16, 128, "throughput per machine",
+        engineering=True),
+)  # fmt: skip
+
+TRAIN = (
+    Row("train.steps", "DREAM §4.1: 1,500; Revela §4.1: 10,000; REPLUG (Revela App. B.3): 4,500",
+        4, 100, 1500,
+        f"{TEST}; {CPU} (1/120 of DREAM's samples); paper: DREAM's budget for every method"),
+    Row("train.batch_size", "DREAM §4.1: 1; Revela §4.1: batches of 16 chunks", 1, 1, 1,
+        code="Revela: 1 batch of 16 per GPU"),
+    Row("train.grad_accum", "DREAM §4.1: 32; Revela §4.1: 8 (on 4 GPUs)", 2, 4, 32,
+        f"{TEST}; {CPU}; paper: DREAM's for every method"),
+    Row("train.lr", "DREAM §4.1, Revela §4.1: 1e-4; REPLUG (Revela App. B.3): 5e-4", 1e-4,
+        Varies(1e-3, {"revela": 3e-4}), 1e-4,
+        f"{TUNED} (at 1e-4 DREAM does not learn in 100 steps); paper: DREAM's for every method"),
+    Row("train.weight_decay", "not specified", 0.0, 0.0, 0.0),
+    Row("train.warmup_steps", "DREAM: not specified; Revela §4.1: 100", 1, 10, 50,
+        f"{TEST}; mini, paper: DREAM gives none (1/10 and 1/30 of the steps)"),
+    Row("train.schedule", "DREAM: not specified; Revela §4.1: WarmupDecayLR", "linear", "linear", "linear",
+        "linear: warmup, then linear decay to 0"),
+    Row("train.max_grad_norm", "not specified", 1.0, 1.0, 1.0),
+    Row("train.precision", "DREAM: not specified; Revela §4.1: bf16 mixed precision", "fp32", "auto", "auto",
+        f"{TEST} (exact); auto: bf16 where supported"),
+    Row("train.score_precision", "not specified (SPEC: scores in fp32)", "fp32", "autocast", "fp32",
+        f"mini: {KEPT}"),
+    Row("train.checkpoint_every", "not specified", 2, 25, 100, "how much a resumed run repeats",
+        engineering=True),
+    Row("train.log_every", "not specified", 1, 1, 1, engineering=True),
+    Row("train.seed", "not specified", 0, 0, 0, "mini, paper: the main table also runs seeds 1 and 2"),
+)  # fmt: skip
+
+EVAL = (
+    Row("eval.datasets", "DREAM §4.1, Tables 4–5: BEIR (9 tasks), RTEB (14 tasks)", ("wiki-desc2lead",),
+        MINI_SETS, PAPER_SETS, f"{TEST}; {CPU}, offline: nano subsets and the wiki-desc2lead set"),
+    Row("eval.split", "not specified", "test", "test", "test"),
+    Row("eval.max_query_tokens", "Revela §4.1: 2,048 at inference; DREAM: not specified", 128, 0, 2048,
+        f"{TEST}; mini: 0 (= model.max_query_tokens, 64), {KEPT}: it cuts every ArguAna query",
+        methods="dense"),
+    Row("eval.max_passage_tokens", "Revela §4.1: 2,048 at inference; DREAM: not specified", 128, 0, 2048,
+        f"{TEST}; mini: 0 (= model.max_passage_tokens, 256), {KEPT}", methods="dense"),
+    Row("eval.depth", "DREAM §4.1: NDCG@10 (needs 10)", 100, 100, 100, "100 for recall@100 too",
+        engineering=True),
+    Row("eval.search_backend", "not specified", "torch", "auto", "auto", "exact inner product either way",
+        engineering=True),
+    Row("eval.ignore_identical_ids", "not specified", True, True, True, "BEIR's and Anserini's convention"),
+)  # fmt: skip
+
+BM25 = (
+    Row("methods.bm25.k1", "DREAM: not specified; DiffRetriever §4.2: Pyserini's default", 0.9, 0.9, 0.9),
+    Row("methods.bm25.b", "DREAM: not specified; DiffRetriever §4.2: Pyserini's default", 0.4, 0.4, 0.4),
+    Row("methods.bm25.backend", "DiffRetriever §4.2: Pyserini (Lucene)", "lucene", "lucene", "lucene"),
+    Row("methods.bm25.threads", "not specified", 0, 0, 0, "0: every core", engineering=True),
+)  # fmt: skip
+
+INFONCE = (
+    Row("methods.infonce.temperature", "DREAM §4.1: not specified; Revela App. C.1 (Contriever): 0.01", 0.05,
+        0.05, 0.05, f"{TUNED}; smoke, paper: the same, untuned"),
+)  # fmt: skip
+
+REPLUG = (
+    Row("methods.replug.judge", "Revela §4.1: LLaMA-3.2-1B; DREAM: not specified", "", "",
+        "llama-3.1-8b-instruct",
+        f"{TEST}; {OFFLINE} (the backbone); paper: DREAM's judge, one frozen judge for both"),
+    Row("methods.replug.eta", "Revela App. B.3: η_m 1e-3 (REPLUG §4: β)", 1e-3, 1e-3, 1e-3),
+    Row("methods.replug.tau", "Revela App. B.3: τ_r 1e-3 (REPLUG §4: γ)", 1e-3, 1e-2, 1e-3, TUNED),
+    Row("methods.replug.likelihood", "Revela App. B.3: −log g(D_i | D_j), a sum", "mean", "mean", "mean",
+        "the mean over target tokens (Atlas): η acts alike for targets of any length"),
+    Row("methods.replug.layout", "Revela App. B.3: g(D_i | D_j), one chunk given another", "natural",
+        "natural", "natural", "DREAM's judge input (Eq. 6) with one passage"),
+    Row("methods.replug.max_doc_tokens", "not specified", 128, 128, 128, code="128 (retrieved_max_length)"),
+    Row("methods.replug.max_query_tokens", "not specified", 64, 64, 64, code="128 (context_len)"),
+    Row("methods.replug.max_target_tokens", "not specified", 128, 128, 128, code="768 (pred_len)"),
+    Row("methods.replug.score_batch_size", "not specified", 32, 32, 32, engineering=True),
+)  # fmt: skip
+
+REVELA = (
+    Row("methods.revela.lm", "Revela §4.1: LLaMA-3.2-1B", "", "", "llama-3.2-1b",
+        f"{TEST}; {OFFLINE} (the backbone)"),
+    Row("methods.revela.tau", "Revela §4.1: 1e-4", 1e-4, 1e-4, 1e-4),
+    Row("methods.revela.v_norm", "Revela App. B.5: on for Wikipedia", True, True, True),
+    Row("methods.revela.v_norm_eps", "Revela App. B.5: 1e-6", 1e-6, 1e-6, 1e-6),
+    Row("methods.revela.query_half", "Revela App. B.5: the chunk's first half", True, True, True,
+        code="the first ⌊n/2⌋ tokens, prefix counted"),
+    Row("methods.revela.lm_lora_r", "Revela §4.1: 256", 8, 32, 256, f"{TEST}; mini: {KEPT}"),
+    Row("methods.revela.lm_lora_alpha", "not specified", 16, 64, 64, TEST, code="64"),
+    Row("methods.revela.lm_lora_dropout", "not specified", 0.1, 0.0, 0.1, f"mini: {KEPT}", code="0.1"),
+    Row("methods.revela.lm_lora_targets", "not specified", ALL_LINEAR, QKVO, ALL_LINEAR, f"mini: {KEPT}",
+        code="q/k/v/o, gate/up/down"),
+    Row("methods.revela.max_chunk_tokens", "Revela §4.1: 160", 64, 128, 160, f"{TEST}; mini: {KEPT}",
+        code="157 (passage_max_len)"),
+    Row("methods.revela.batches", "Revela §4.1, App. B.2: chunks end to end, cut into batches", "stream",
+        "candidate-sets", "stream", f"mini: {KEPT}"),
+    Row("methods.revela.batch_chunks", "Revela §4.1: 16", 8, 16, 16, TEST),
+)  # fmt: skip
+
+DREAM = (
+    Row("methods.dream.judge", "DREAM §4.1: Llama-3.1-8B-Instruct", "", "", "llama-3.1-8b-instruct",
+        f"{TEST}; {OFFLINE} (the backbone, SmolLM2-135M-Instruct)"),
+    Row("methods.dream.num_heads", "DREAM §4.1, App. B, Fig. 3: 16", 4, 16, 16, TEST),
+    Row("methods.dream.head_selection", "DREAM §3.2: the QRHead ranking", "qrhead", "qrhead", "qrhead"),
+    Row("methods.dream.head_seed", "not specified (Fig. 2's random heads)", 0, 0, 0),
+    Row("methods.dream.gate_init", "not specified (§3.3: g = σ(γ), learnable)", 0.0, 2.0, 0.0, TUNED),
+    Row("methods.dream.tau_init", "not specified (§3.1: τ learnable)", 0.05, 0.1, 0.05, TUNED),
+    Row("methods.dream.scalar_lr", "not specified", 1e-2, 1e-2, 1e-2,
+        "τ and γ need their own rate to move (an AdamW step is ≈ lr)"),
+    Row("methods.dream.layout", "DREAM §3.3, Eq. 6: PASSAGES, QUESTION, TARGET PASSAGE", "natural",
+        "natural", "natural", "the tokenisation is not specified"),
+    Row("methods.dream.injected_rows", "DREAM §3.3: the query-token rows", "query", "query", "query"),
+    Row("methods.dream.judge_lora", "DREAM §4.1, §6 (Fig. 5): frozen judge", False, False, False),
+    Row("methods.dream.prefix_cache", "not specified", True, True, True, "exact up to float rounding",
+        engineering=True),
+    Row("methods.dream.prefix_store_gb", "not specified", 8.0, 8.0, 0.0,
+        "paper: ~290 MB per Llama-3.1-8B prefix", engineering=True),
+    Row("methods.dream.judge_lora_r", "not specified (Fig. 5)", 16, 16, 16),
+    Row("methods.dream.judge_lora_alpha", "not specified (Fig. 5)", 32, 32, 32),
+    Row("methods.dream.max_doc_tokens", "not specified", 128, 128, 128),
+    Row("methods.dream.max_query_tokens", "not specified", 64, 64, 64),
+    Row("methods.dream.max_target_tokens", "not specified", 128, 128, 128),
+    Row("methods.dream.probe_batch_size", "not specified", 4, 8, 8, engineering=True),
+)  # fmt: skip
+
+ROWS: tuple[Row, ...] = (*DATA, *MODEL, *TRAIN, *EVAL, *BM25, *INFONCE, *REPLUG, *REVELA, *DREAM)
