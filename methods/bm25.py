@@ -112,16 +112,25 @@ class BM25(LexicalMethod):
         import bm25s
 
         self._doc_ids = list(data.corpus)
-        if index_dir.is_dir():
-            log.info("reusing bm25s index %s", index_dir)
-            self._bm25s = bm25s.BM25.load(str(index_dir))
-            return
-        texts = [flat_contents(data.corpus[d]) for d in self._doc_ids]
-        retriever = bm25s.BM25(method="lucene", k1=self.params.k1, b=self.params.b)
-        retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=english_stemmer(), show_progress=False))
-        with atomic_dir(index_dir) as tmp:
-            retriever.save(str(tmp))
-        self._bm25s = retriever
+        with build_lock(index_dir, f"the bm25s index of {data.name}"):
+            if index_dir.is_dir():  # written atomically: present means complete, unless damaged since
+                try:
+                    self._bm25s = bm25s.BM25.load(str(index_dir))
+                    log.info("reused bm25s index %s", index_dir)
+                    return
+                except Exception as exc:  # noqa: BLE001 (numpy, json and OS errors alike): build it again
+                    aside = index_dir.with_name(index_dir.name + ".corrupt")
+                    log.warning("bm25s index %s is unreadable (%s); set aside as %s, indexing again",
+                                index_dir, exc, aside.name)  # fmt: skip
+                    shutil.rmtree(aside, ignore_errors=True)
+                    index_dir.rename(aside)
+            texts = [flat_contents(data.corpus[d]) for d in self._doc_ids]
+            retriever = bm25s.BM25(method="lucene", k1=self.params.k1, b=self.params.b)
+            tokens = bm25s.tokenize(texts, stopwords="en", stemmer=english_stemmer(), show_progress=False)
+            retriever.index(tokens, show_progress=False)
+            with atomic_dir(index_dir) as tmp:
+                retriever.save(str(tmp))
+            self._bm25s = retriever
 
     # ---- search ----------------------------------------------------------------------------------------
     def search(self, queries: dict[str, str], depth: int) -> Run:

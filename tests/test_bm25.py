@@ -35,6 +35,17 @@ def test_bm25s_backend_agrees_on_the_obvious(tiny_dataset, workspace):
     assert next(iter(run["q1"])) == "d1" and next(iter(run["q2"])) == "d3"
 
 
+def test_a_damaged_bm25s_index_is_set_aside_and_built_again(tiny_dataset, workspace, caplog):
+    first = bm25(workspace, "bm25s").retrieve(load_task("scifact", workspace), depth=3)
+    (index_dir,) = [p for p in (workspace.cache_dir / "indexes" / "bm25s").iterdir() if p.is_dir()]
+    for item in index_dir.iterdir():  # every file of the index cut short
+        item.write_bytes(item.read_bytes()[:7])
+    again = bm25(workspace, "bm25s").retrieve(load_task("scifact", workspace), depth=3)
+    assert again == first
+    assert (index_dir.parent / f"{index_dir.name}.corrupt").is_dir()
+    assert "is unreadable" in caplog.text and index_dir.name in caplog.text
+
+
 def test_unknown_backend_is_a_clear_error(workspace):
     with pytest.raises(ValueError, match="unknown backend 'pylucene'"):
         bm25(workspace, "pylucene")

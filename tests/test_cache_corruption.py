@@ -3,6 +3,8 @@ set aside and computed again: it never blocks the run, and ``--dry-run`` does no
 
 import json
 
+import pytest
+
 from dreambench.method import METHODS, checkpoint_state
 from dreambench.plan import plan_jobs
 from dreambench.profiles import PROFILES, Experiment, Profile
@@ -72,3 +74,36 @@ def test_a_damaged_lucene_index_is_named_and_built_again(workspace, smoke_run, c
     outcome, again = smoke_run("bm25")
     assert outcome.status == "computed" and f"Lucene index {index} is unreadable" in caplog.text
     assert again["scores"] == first["scores"]
+
+
+def test_a_gguf_assembly_cut_short_leaves_no_file_under_the_final_name(workspace, monkeypatch):
+    """The query generator's GGUF ships in parts and is joined into the cache: a join that fails (a kill, a
+    bad checksum) leaves nothing that a later run would take for the model; the next run joins it again."""
+    import sys
+    import types
+
+    from dreambench.models.backbones import _assembled_gguf
+
+    calls = []
+
+    def failing(path, overwrite=False):
+        calls.append(path)
+        path.write_bytes(b"half a model")
+        raise ValueError("Assembled file sha256 did not match expected value")
+
+    def working(path, overwrite=False):
+        calls.append(path)
+        path.write_bytes(b"the whole model")
+        return path
+
+    spec = types.SimpleNamespace(gguf_file="model.gguf", package="fake_gguf_parts")
+    monkeypatch.setitem(sys.modules, "fake_gguf_parts", types.SimpleNamespace(assemble=failing))
+    with pytest.raises(ValueError, match="sha256"):
+        _assembled_gguf(spec, workspace)
+    folder = workspace.cache_dir / "models" / "gguf"
+    assert not (folder / "model.gguf").exists() and [p.name for p in folder.iterdir() if "partial" in p.name] == []
+    monkeypatch.setitem(sys.modules, "fake_gguf_parts", types.SimpleNamespace(assemble=working))
+    assert _assembled_gguf(spec, workspace).read_bytes() == b"the whole model"
+    assert calls[-1].name != "model.gguf"  # joined under a temporary name, then renamed
+    calls.clear()
+    assert _assembled_gguf(spec, workspace).read_bytes() == b"the whole model" and calls == []  # kept

@@ -12,6 +12,7 @@ import functools
 import hashlib
 import importlib.util
 import logging
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,9 +226,19 @@ def _assembled_gguf(spec: BackboneSpec, workspace: Workspace) -> Path:
     import importlib
 
     target = workspace.cache_dir / "models" / "gguf" / spec.gguf_file
-    if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        importlib.import_module(spec.package).assemble(target)
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # joined under a temporary name and renamed when its checksum holds: a run killed mid-write leaves no
+    # truncated file under the final name, and two runs do not write the same file at once
+    with build_lock(target, f"the assembled {spec.gguf_file}"):
+        if not target.is_file():
+            partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+            try:
+                importlib.import_module(spec.package).assemble(partial, overwrite=True)
+                os.replace(partial, target)
+            finally:
+                partial.unlink(missing_ok=True)
     return target
 
 
