@@ -59,13 +59,11 @@ def _bm25_top(data: Any, qids: list[str], depth: int, workspace: Any) -> dict[st
 def dense_encoder():
     """WordLlama (256-d static token embeddings, mean-pooled; weights and tokenizer ship in its wheel): a dense
     retriever independent of every method under test, loaded without network access."""
-    from pathlib import Path as _Path
-
     import wordllama
     from wordllama import WordLlama
 
     # the package looks for its shipped tokenizer under <cache_dir>/tokenizers/: point it at itself
-    return WordLlama.load(cache_dir=_Path(wordllama.__file__).parent, disable_download=True)
+    return WordLlama.load(cache_dir=Path(wordllama.__file__).parent, disable_download=True)
 
 
 def _dense_top(data: Any, qids: list[str], depth: int, batch: int = 512) -> dict[str, list[str]]:
