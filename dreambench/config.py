@@ -45,6 +45,9 @@ class ModelConfig:
     passage_prefix: str = "Passage: "
     max_query_tokens: int = 64
     max_passage_tokens: int = 256
+    # keep only the first N decoder layers (0: all): depth pruning, Drama's smaller-backbone idea (§3.2) in its
+    # simplest form; the cost of every retriever forward and backward falls in proportion
+    backbone_layers: int = field(default=0, metadata=added_option(0))
     lora_r: int = 32  # DREAM §4.1: LoRA on q/k/v/o, rank 32, alpha 64
     lora_alpha: int = 64
     lora_dropout: float = 0.0
@@ -290,6 +293,7 @@ MINIMUMS: dict[str, float] = {
     "data.eval_queries": 1, "train.steps": 1, "train.batch_size": 1, "train.grad_accum": 1, "train.warmup_steps": 0,
     "train.weight_decay": 0, "train.checkpoint_every": 1, "train.log_every": 1, "eval.depth": 1,
     "eval.max_query_tokens": 8, "eval.max_passage_tokens": 8,  # or 0: the model's (training) length
+    "model.backbone_layers": 0,
 }  # fmt: skip
 POSITIVE = ("train.lr", "train.max_grad_norm", "model.lora_alpha")
 

@@ -241,7 +241,7 @@ record.
   values as Revela App. B.3 adapts it), DiffRetriever. "not specified": the paper gives no value.
 - **Released code**, where it differs from the paper or gives a value the paper does not: TRUMANCFY/Revela
   at 920fefc (`train.sh`, `arguments.py`, `collator.py`); swj0419/REPLUG (`LSR_finetune/replug_lsr.py` at
-  8337b5c, `README.md` at 1e418e0).
+  8337b5c, `README.md` at 1e418e0); ielab/PromptReps (`encode.py`, `hybrid.py`, `prompts/`).
 - **engineering**: the setting changes speed, memory or disk use, not what the method computes (numbers
   equal up to float rounding at most).
 """
@@ -249,6 +249,12 @@ record.
 METHOD_NOTES = {
     "replug": "Loss KL(P_LM ‖ P_R), as in Revela App. B.3 and the released LSR code (`torch.nn.KLDivLoss`, "
     "the LM's softmax as target); the REPLUG paper (§4) writes KL(P_R ‖ Q_LM).",
+    "promptreps": "Prompt as DiffRetriever Table 1 gives PromptReps' single-word prompt (system message, "
+    '`Use one word to represent the … in a retrieval task. Make sure your word is in lowercase.`, answer opened '
+    'with `The word is "`); the released prompts vary by model (e.g. "Use one most important word …", '
+    '`The word is: "`). Stop words: NLTK\'s English list (as `bm25s` ships it) and punctuation, as the released '
+    "code; words split on word characters instead of NLTK's tokenizer (its data is a download). Zero-shot "
+    "only: the supervised PromptReps variant is not part of the suite.",
 }
 
 

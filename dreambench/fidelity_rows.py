@@ -92,6 +92,10 @@ MODEL = (
     Row("model.backbone", "DREAM §4.1: Qwen2.5-0.5B, Llama-3.2-1B, Llama-3.2-3B", "tiny-llama",
         "smollm2-135m-instruct", "qwen2.5-0.5b",
         f"{TEST}; {OFFLINE} (Revela §4.1 also reports SmolLM2-135M); paper: the other two as experiments"),
+    Row("model.backbone_layers", "all layers (DREAM, Revela); Drama §3.2: a structurally pruned LLM (0.1B, 0.3B "
+        "from Llama-3.2-1B)", 0, 0, 0,
+        "0 keeps every layer; a positive N keeps the first N (depth pruning without Drama's learned masks and "
+        "continued pretraining): a cost lever, the same for every dense method", methods="dense"),
     Row("model.query_prefix", 'Revela §4.1: "Query: "; DREAM: not specified', "Query: ", "Query: ", "Query: ",
         code='Revela: "query: " (arguments.py default)'),
     Row("model.passage_prefix", 'Revela §4.1: "Passage: "; DREAM: not specified', "Passage: ", "Passage: ",
@@ -167,6 +171,19 @@ INFONCE = (
         0.05, 0.05, f"{TUNED}; smoke, paper: the same, untuned"),
 )  # fmt: skip
 
+PROMPTREPS = (
+    Row("methods.promptreps.scoring", "DiffRetriever §5.2: hybrid for zero-shot (PromptReps: dense, sparse, hybrid)",
+        "hybrid", "hybrid", "hybrid", "one row each for dense and sparse: --set methods.promptreps.scoring=…"),
+    Row("methods.promptreps.alpha", "DiffRetriever Eq. 4: 1/2 after min-max normalisation", 0.5, 0.5, 0.5,
+        code="PromptReps hybrid.py: ranx min-max wsum, alpha 0.5"),
+    Row("methods.promptreps.max_terms", "not specified", 128, 128, 128,
+        code="PromptReps encode.py: the text's 128 heaviest tokens"),
+    Row("methods.promptreps.quantization", "not specified (Lucene impacts are integers)", 100, 100, 100,
+        code="PromptReps encode.py: round(weight × 100)"),
+    Row("methods.promptreps.hybrid_depth", "DiffRetriever §3.3: each retriever's top-1000 list", 1000, 1000, 1000),
+    Row("methods.promptreps.batch_size", "not specified", 8, 8, 8, engineering=True),
+)  # fmt: skip
+
 REPLUG = (
     Row("methods.replug.judge", "Revela §4.1: LLaMA-3.2-1B; DREAM: not specified", "", "",
         "llama-3.1-8b-instruct",
@@ -229,4 +246,4 @@ DREAM = (
     Row("methods.dream.probe_batch_size", "not specified", 4, 8, 8, engineering=True),
 )  # fmt: skip
 
-ROWS: tuple[Row, ...] = (*DATA, *MODEL, *TRAIN, *EVAL, *BM25, *INFONCE, *REPLUG, *REVELA, *DREAM)
+ROWS: tuple[Row, ...] = (*DATA, *MODEL, *TRAIN, *EVAL, *BM25, *PROMPTREPS, *INFONCE, *REPLUG, *REVELA, *DREAM)

@@ -66,15 +66,28 @@ def lucene_searcher_class():
     return LuceneSearcher
 
 
-def index_collection(input_dir: str, index_dir: str, threads: int) -> None:
-    """Index a JsonCollection folder with Anserini's IndexCollection (positions, docvectors, raw stored)."""
+@functools.cache
+def lucene_impact_searcher_class():
+    """pyserini's ``LuceneImpactSearcher`` (term impacts from a learned sparse encoder), on the same JVM."""
+    lucene_searcher_class()
+    from pyserini.search.lucene import LuceneImpactSearcher
+
+    return LuceneImpactSearcher
+
+
+def index_collection(input_dir: str, index_dir: str, threads: int, impact: bool = False) -> None:
+    """Index a folder with Anserini's IndexCollection: a JsonCollection (positions, docvectors, raw stored), or
+    with ``impact`` a JsonVectorCollection of pretokenised term impacts (``{"id", "contents", "vector"}``)."""
     lucene_searcher_class()
     from jnius import autoclass
 
     index_collection_main = autoclass("io.anserini.index.IndexCollection")
+    if impact:
+        kind = ["-collection", "JsonVectorCollection", "-impact", "-pretokenized"]
+    else:
+        kind = ["-collection", "JsonCollection", "-storePositions", "-storeDocvectors", "-storeRaw"]
     args = [
-        "-collection", "JsonCollection", "-input", input_dir, "-index", index_dir,
-        "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
-        "-storePositions", "-storeDocvectors", "-storeRaw", "-quiet",
+        *kind, "-input", input_dir, "-index", index_dir, "-generator", "DefaultLuceneDocumentGenerator",
+        "-threads", str(threads), "-quiet",
     ]  # fmt: skip
     index_collection_main.main(args)

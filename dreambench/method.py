@@ -32,7 +32,7 @@ from .evaluation.heldout import candidate_ranking
 from .evaluation.metrics import Run
 from .evaluation.search import dense_search
 from .models.backbones import autocast_dtype, default_device, store_frozen_linears
-from .models.retriever import DenseRetriever, full_precision
+from .models.retriever import DenseRetriever, EncodeStats, full_precision
 from .registry import Registry, discover_plugins, import_folder
 from .training.trainer import (
     Trainer,
@@ -165,6 +165,10 @@ class Method(abc.ABC):
         """Alignment/uniformity of the last ``retrieve`` on ``data`` (dense methods only)."""
         return None
 
+    def encoding_stats(self) -> dict[str, EncodeStats] | None:
+        """What the last ``retrieve`` encoded, per kind (query, passage): texts, tokens, length cap, texts cut."""
+        return None
+
 
 class LexicalMethod(Method):
     @abc.abstractmethod
@@ -228,6 +232,9 @@ class DenseMethod(Method):
         self._last_embeddings = (data.name, qids, q, dids, d)
         with self.timed("search_s"):
             return dense_search(q, d, qids, dids, depth, backend=self.config.eval.search_backend)
+
+    def encoding_stats(self) -> dict[str, EncodeStats] | None:
+        return dict(self.retriever.encode_stats)
 
     def geometry(self, data: RetrievalData) -> dict[str, float] | None:
         name, qids, q, dids, d = getattr(self, "_last_embeddings", (None,) * 5)

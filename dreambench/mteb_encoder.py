@@ -209,6 +209,9 @@ def mteb_encoder(
         raise TypeError(f"method {method!r} is not a dense method; mteb needs an encoder")
     instance = cls(config, workspace, experiment)
     instance.prepare()
+    if getattr(instance, "retriever", None) is None:  # e.g. PromptReps: its own encoder, dense and sparse
+        instance.close()
+        raise TypeError(f"method {method!r} has no single-vector DenseRetriever for mteb to encode with")
     return DreambenchEncoder(
         instance.retriever,
         model_name(config.profile, method, experiment),

@@ -213,7 +213,8 @@ def resource_estimate(method: Method) -> str:
             unknown.append(name)
             continue
         weights += 2 * spec.params_b
-        activations += tokens[min(i, 1)] * spec.attention[0] * spec.hidden * ACTIVATION_BYTES_PER_TOKEN_LAYER_HIDDEN / 1e9
+        layers = spec.attention[0] if i or not config.model.backbone_layers else config.model.backbone_layers
+        activations += tokens[min(i, 1)] * layers * spec.hidden * ACTIVATION_BYTES_PER_TOKEN_LAYER_HIDDEN / 1e9
         if spec.hub_id and not (spec.package and _package_dir(spec.package)):
             downloads.append(f"{spec.hub_id} (~{2 * spec.params_b:.1f} GB)")
     text = f"~{weights + activations:.0f} GB accelerator memory (bf16 weights {weights:.1f} GB + activations " \

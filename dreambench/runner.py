@@ -15,7 +15,8 @@ from .config import ConfigError, RunConfig, fingerprint, to_jsonable
 from .data.beir import DatasetFormatError, RetrievalData, validate_beir_folder
 from .data.training import check_candidate_pools, load_training_data, training_data_folder
 from .evaluation.metrics import MAIN_METRIC, MEASURES, drop_identical_ids, evaluate, top_k
-from .method import METHODS, DenseMethod, LexicalMethod, Method, checkpoint_state
+from .method import METHODS, LexicalMethod, Method, checkpoint_state
+from .models.backbones import BACKBONES
 from .plan import Job, dataset_signature, resource_estimate
 from .results import ResultKey, cached_result, write_result
 from .tasks import DatasetUnavailable, load_task, locate, task_spec
@@ -52,8 +53,9 @@ def evaluate_method(method: Method, data: RetrievalData, config: RunConfig) -> d
         shape = method.geometry(part)
         if shape is not None:
             geometry.append(shape)
-        if isinstance(method, DenseMethod):  # what its retrieve encoded: lengths used, texts cut
-            encoded.append(dict(method.retriever.encode_stats))
+        stats = method.encoding_stats()  # what its retrieve encoded: lengths used, texts cut
+        if stats:
+            encoded.append(stats)
         prefix = f"{part.name.split('/', 1)[1]}/" if data.parts else ""
         part_scores.append(result.scores)
         per_query.update({prefix + q: s for q, s in result.per_query.items()})
@@ -162,6 +164,15 @@ class Runner:
                 raise ConfigError(
                     f"experiment {job.experiment.method}/{job.experiment.name}: {exc}"
                 ) from None
+
+        for job in jobs:
+            model = job.config.model
+            spec = BACKBONES.get(model.backbone) if model.backbone in BACKBONES else None
+            if spec is not None and spec.attention is not None and model.backbone_layers > spec.attention[0]:
+                raise ConfigError(
+                    f"experiment {job.experiment.method}/{job.experiment.name}: model.backbone_layers = "
+                    f"{model.backbone_layers}, but {model.backbone} has {spec.attention[0]} layers (0 keeps all)"
+                )
 
         ranks = distributed.world_size()
         for job in jobs:

@@ -108,3 +108,57 @@ def test_frozen_base_stored_in_the_autocast_dtype_gives_identical_scores_and_lor
     assert torch.equal(results[0][0], results[1][0])
     assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1], strict=True))
     assert any(g.abs().max() > 0 for g in results[0][1])
+
+
+def test_depth_pruning_keeps_the_first_layers_and_their_pretrained_output(tmp_path):
+    """model.backbone_layers = N (Drama's smaller backbone, by depth): the pruned decoder's output is the full
+    decoder's hidden state after layer N through the same final norm, and its adapter round-trips."""
+    import dataclasses
+
+    from dreambench.models.backbones import load_model, prune_layers
+    from dreambench.workspace import Workspace
+
+    ws = Workspace.resolve(cache_dir=tmp_path / "cache")
+    full = load_model(SMOKE_MODEL.backbone, ws, causal_lm=False).eval()
+    layers = len(full.layers)
+    assert layers > 1
+    ids = torch.tensor([[5, 9, 13, 21, 7]])
+    with torch.no_grad():
+        hidden = full(input_ids=ids, output_hidden_states=True).hidden_states[1]  # after layer 1, before the norm
+        expected = full.norm(hidden)
+        pruned = prune_layers(load_model(SMOKE_MODEL.backbone, ws, causal_lm=False).eval(), 1)
+        got = pruned(input_ids=ids).last_hidden_state
+    assert len(pruned.layers) == 1 and pruned.config.num_hidden_layers == 1
+    assert torch.allclose(got, expected, atol=1e-6)
+    assert prune_layers(full, 0) is full and len(full.layers) == layers  # 0 keeps every layer
+    with pytest.raises(ValueError, match="model.backbone_layers = 99"):
+        prune_layers(full, 99)
+    # the retriever built with the option has that many layers, LoRA on them, and its adapter loads back
+    config = dataclasses.replace(SMOKE_MODEL, backbone_layers=1)
+    retriever = DenseRetriever.from_config(config, ws, lora=True)
+    assert len(retriever.backbone.base_model.model.layers) == 1
+    with torch.no_grad():
+        for name, p in retriever.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.01)
+    retriever.save_adapter(tmp_path / "adapter")
+    loaded = DenseRetriever.from_config(config, ws, lora=False, adapter=tmp_path / "adapter")
+    texts = ["alpha beta", "gamma"]
+    before, after = (r.encode(texts, "query", progress=False) for r in (retriever, loaded))
+    assert torch.allclose(after, before, atol=1e-5)
+
+
+def test_a_backbone_pruned_past_its_depth_is_refused_before_any_work(tmp_path):
+    from dreambench.config import ConfigError, apply_overrides, check_ranges
+    from dreambench.plan import plan_jobs
+    from dreambench.runner import Runner
+    from dreambench.workspace import Workspace
+
+    mini = PROFILES.get("mini")
+    config = apply_overrides(mini.config, {"model.backbone_layers": 31})
+    workspace = Workspace.resolve(cache_dir=tmp_path / "cache", results_dir=tmp_path / "results")
+    jobs = plan_jobs(mini, config, methods=["infonce"], experiments=["default"], seeds=[0])
+    with pytest.raises(ConfigError, match="model.backbone_layers = 31, but smollm2-135m-instruct has 30 layers"):
+        Runner(workspace).preflight(jobs[:1])
+    with pytest.raises(ConfigError, match="model.backbone_layers = -1"):
+        check_ranges(apply_overrides(mini.config, {"model.backbone_layers": -1}))

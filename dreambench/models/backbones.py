@@ -289,6 +289,26 @@ def load_tokenizer(name: str, workspace: Workspace):
     return tokenizer
 
 
+def prune_layers(model, keep: int):
+    """Keep the first ``keep`` decoder layers of a bare decoder (``model.layers``), in place; 0 keeps all.
+
+    Depth pruning: the kept layers, the embeddings and the final norm are unchanged, so their weights are the
+    pretrained ones and the pruned model's output is the full model's hidden state after layer ``keep``,
+    normalised."""
+    layers = getattr(model, "layers", None)
+    if layers is None:
+        raise ValueError(f"{type(model).__name__} has no decoder layers to prune")
+    if keep == 0 or keep == len(layers):
+        return model
+    if not 0 < keep < len(layers):
+        raise ValueError(f"model.backbone_layers = {keep}: the backbone has {len(layers)} layers (0 keeps all)")
+    model.layers = layers[:keep]
+    model.config.num_hidden_layers = keep
+    if getattr(model.config, "layer_types", None) is not None:
+        model.config.layer_types = list(model.config.layer_types)[:keep]
+    return model
+
+
 def load_model(name: str, workspace: Workspace, causal_lm: bool = True, seed: int = 0):
     """Load ``name`` in fp32 (autocast handles bf16): the causal LM (judges) or its bare decoder (retrievers)."""
     from transformers import AutoModel, AutoModelForCausalLM, LlamaForCausalLM

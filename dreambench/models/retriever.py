@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from .. import distributed
 from ..config import ModelConfig
 from ..workspace import Workspace
-from .backbones import autocast_dtype, load_model, load_tokenizer
+from .backbones import autocast_dtype, load_model, load_tokenizer, prune_layers
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class DenseRetriever(nn.Module):
         cls, config: ModelConfig, workspace: Workspace, lora: bool = True, adapter: str | Path | None = None
     ) -> DenseRetriever:
         tokenizer = load_tokenizer(config.backbone, workspace)
-        backbone = load_model(config.backbone, workspace, causal_lm=False)
+        backbone = prune_layers(load_model(config.backbone, workspace, causal_lm=False), config.backbone_layers)
         for parameter in backbone.parameters():
             parameter.requires_grad_(False)
         if adapter is not None:
