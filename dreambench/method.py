@@ -244,14 +244,11 @@ class DenseMethod(Method):
 
 
 class TrainedDenseMethod(DenseMethod):
-    """A dense retriever trained by :class:`dreambench.training.trainer.Trainer` on the shared data.
-
-    Subclasses set ``view`` (which batch the shared loader yields: ``"candidates"`` — query, K candidates and
-    target — or ``"chunks"`` — the candidate set as a batch of chunks) and implement ``build``,
-    ``compute_loss`` and ``trainable_modules``. :meth:`prepare` does the rest, the same for every method:
-    seeds, the shared training data, training with checkpoints and resume (or loading the finished
-    weights), and held-out candidate ranking before and after training.
-    """
+    """A dense retriever trained by :class:`dreambench.training.trainer.Trainer` on the shared data. Subclasses
+    set ``view`` (the batches the shared loader yields, :data:`dreambench.data.loader.VIEWS`) and implement
+    ``build``, ``compute_loss`` and ``trainable_modules``; :meth:`prepare` does the rest, the same for every
+    method: seeds, the training data, training with checkpoints and resume (or loading the finished weights),
+    and held-out candidate ranking before and after training."""
 
     trainable = True
     view: ClassVar[str] = "candidates"
@@ -261,10 +258,8 @@ class TrainedDenseMethod(DenseMethod):
         self.training_summary: dict[str, Any] = {}
 
     def result_dependencies(self) -> dict[str, Any]:
-        deps = super().result_dependencies()
-        deps["data"] = fingerprint_view(self.config.data)
-        deps["train"] = fingerprint_view(self.config.train)
-        return deps
+        config = self.config
+        return {**super().result_dependencies(), "data": fingerprint_view(config.data), "train": fingerprint_view(config.train)}
 
     def checkpoint_dir(self) -> Path:
         """Keyed by everything training depends on, so identical configurations share one trained model."""
