@@ -258,8 +258,8 @@ class TrainedDenseMethod(DenseMethod):
         self.training_summary: dict[str, Any] = {}
 
     def result_dependencies(self) -> dict[str, Any]:
-        config = self.config
-        return {**super().result_dependencies(), "data": fingerprint_view(config.data), "train": fingerprint_view(config.train)}
+        data, train = fingerprint_view(self.config.data), fingerprint_view(self.config.train)
+        return {**super().result_dependencies(), "data": data, "train": train}
 
     def checkpoint_dir(self) -> Path:
         """Keyed by everything training depends on, so identical configurations share one trained model."""
