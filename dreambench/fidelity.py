@@ -249,6 +249,10 @@ record.
 METHOD_NOTES = {
     "replug": "Loss KL(P_LM ‖ P_R), as in Revela App. B.3 and the released LSR code (`torch.nn.KLDivLoss`, "
     "the LM's softmax as target); the REPLUG paper (§4) writes KL(P_R ‖ Q_LM).",
+    "drama": "Trained with LoRA on the suite's backbone and budget like every method (Drama: full fine-tuning "
+    "of a pruned Llama-3.2-1B, batch 2,048 × 7 hard negatives, 200k steps, plus in-batch negatives); the 7 hard "
+    "negatives are the other chunks of the query's candidate set; pruning is the shared `model.backbone_layers` "
+    "option (depth only), not Drama's learned structured pruning and continued pretraining.",
     "promptreps": "Prompt as DiffRetriever Table 1 gives PromptReps' single-word prompt (system message, "
     '`Use one word to represent the … in a retrieval task. Make sure your word is in lowercase.`, answer opened '
     'with `The word is "`); the released prompts vary by model (e.g. "Use one most important word …", '

@@ -184,6 +184,16 @@ PROMPTREPS = (
     Row("methods.promptreps.batch_size", "not specified", 8, 8, 8, engineering=True),
 )  # fmt: skip
 
+DRAMA = (
+    Row("methods.drama.temperature", "not specified (Drama §3.1: InfoNCE with τ)", 0.05, 0.05, 0.05,
+        "the suite's InfoNCE temperature; Drama gives none"),
+    Row("methods.drama.pooling", "Drama Table 5: mean (best; EOS close behind)", "mean", "mean", "mean"),
+    Row("methods.drama.bidirectional", "Drama §1, Table 5: bidirectional attention turned on", True, True, True),
+    Row("methods.drama.matryoshka_dims", "Drama §4.4, App. A.2: Matryoshka dimensions (sizes not listed; Fig. 4 "
+        "plots 128 to 2048)", (64, 128, 256), (64, 128, 256), (64, 128, 256),
+        "prefixes below the backbone's hidden size (576 in mini), which always counts too"),
+)  # fmt: skip
+
 REPLUG = (
     Row("methods.replug.judge", "Revela §4.1: LLaMA-3.2-1B; DREAM: not specified", "", "",
         "llama-3.1-8b-instruct",
@@ -246,4 +256,4 @@ DREAM = (
     Row("methods.dream.probe_batch_size", "not specified", 4, 8, 8, engineering=True),
 )  # fmt: skip
 
-ROWS: tuple[Row, ...] = (*DATA, *MODEL, *TRAIN, *EVAL, *BM25, *PROMPTREPS, *INFONCE, *REPLUG, *REVELA, *DREAM)
+ROWS: tuple[Row, ...] = (*DATA, *MODEL, *TRAIN, *EVAL, *BM25, *PROMPTREPS, *INFONCE, *DRAMA, *REPLUG, *REVELA, *DREAM)

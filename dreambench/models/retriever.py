@@ -27,6 +27,22 @@ from .backbones import autocast_dtype, load_model, load_tokenizer, prune_layers
 log = logging.getLogger(__name__)
 
 
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The mean of each row's real-token hidden states: (B, T, D), (B, T) → (B, D)."""
+    mask = attention_mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+
+
+def bidirectional_mask(attention_mask: torch.Tensor, implementation: str | None, dtype: torch.dtype) -> torch.Tensor:
+    """A 4D mask (B, 1, T, T) that lets every position attend to every real token of its row, before and
+    after it (no causal triangle): boolean for SDPA and flex attention, additive (0 / min) for eager. A
+    decoder given it as ``attention_mask`` uses it as is."""
+    keys = attention_mask.bool()[:, None, None, :].expand(-1, 1, attention_mask.shape[1], -1)
+    if implementation == "eager":
+        return torch.zeros(keys.shape, dtype=dtype, device=keys.device).masked_fill(~keys, torch.finfo(dtype).min)
+    return keys
+
+
 def last_token_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Hidden state of each row's last non-pad token, under left or right padding.
 
@@ -65,6 +81,10 @@ class DenseRetriever(nn.Module):
         self.last_stats = EncodeStats()
         self.encode_stats: dict[str, EncodeStats] = {}  # the last ``encode`` of each kind (query, passage)
         self.tokens_embedded = 0  # running count of tokens through ``embed`` (training throughput logs)
+        # how a text becomes a vector: the last token's state under the decoder's causal attention (the suite's
+        # retriever), or set by a method (Drama: every token attending to every other, mean of the states)
+        self.pooling = "last"  # last | mean
+        self.bidirectional = False
 
     # ---- construction ----------------------------------------------------------------------------------
     @classmethod
@@ -152,8 +172,13 @@ class DenseRetriever(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """(B, T) token ids → (B, D) L2-normalised embeddings."""
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-        pooled = last_token_pool(out.last_hidden_state, attention_mask)  # (B, D)
+        mask = attention_mask
+        if self.bidirectional:
+            config = self.backbone.config
+            mask = bidirectional_mask(attention_mask, config._attn_implementation, self.backbone.dtype)
+        out = self.backbone(input_ids=input_ids, attention_mask=mask, use_cache=False)
+        pool = mean_pool if self.pooling == "mean" else last_token_pool
+        pooled = pool(out.last_hidden_state, attention_mask)  # (B, D)
         return nn.functional.normalize(pooled.float(), dim=-1)
 
     def embed(self, texts: list[str], kind: str) -> torch.Tensor:
