@@ -253,6 +253,11 @@ METHOD_NOTES = {
     "of a pruned Llama-3.2-1B, batch 2,048 × 7 hard negatives, 200k steps, plus in-batch negatives); the 7 hard "
     "negatives are the other chunks of the query's candidate set; pruning is the shared `model.backbone_layers` "
     "option (depth only), not Drama's learned structured pruning and continued pretraining.",
+    "llmql": "Both stages train the same LoRA adapters under one schedule and learning rate (LLM-QL: full "
+    "fine-tuning at 1e-5 for QL, then LoRA at 1e-4); the QL input is the passage as the suite's retriever "
+    "encodes it (`Passage: ` + chunk + EOS, EOS being [E]) instead of LLM-QL's summarisation instructions, so "
+    "that [E] is the token the embedding is read from; corrupted tokens become the tokenizer's unknown token; "
+    "the query is the instance's generated query (LLM-QL: MS MARCO's annotated queries).",
     "promptreps": "Prompt as DiffRetriever Table 1 gives PromptReps' single-word prompt (system message, "
     '`Use one word to represent the … in a retrieval task. Make sure your word is in lowercase.`, answer opened '
     'with `The word is "`); the released prompts vary by model (e.g. "Use one most important word …", '

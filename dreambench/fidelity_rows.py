@@ -194,6 +194,17 @@ DRAMA = (
         "prefixes below the backbone's hidden size (576 in mini), which always counts too"),
 )  # fmt: skip
 
+LLMQL = (
+    Row("methods.llmql.temperature", "not specified (LLM-QL Eq. 12 has no temperature; RepLLaMA's recipe)", 0.05,
+        0.05, 0.05, "the suite's InfoNCE temperature, for the contrastive stage"),
+    Row("methods.llmql.corruption", "LLM-QL §5.2, Table 5: 0.6", 0.6, 0.6, 0.6),
+    Row("methods.llmql.attention_block", "LLM-QL §4.1, Eq. 6: on", True, True, True),
+    Row("methods.llmql.ql_fraction", "LLM-QL §5.2: QL for 2 epochs, then contrastive for 1 (separate runs)", 0.5,
+        0.5, 0.5, "one budget for every method: half the steps each, under one learning-rate schedule"),
+    Row("methods.llmql.max_query_tokens", "LLM-QL §5.2: 200", 64, 64, 64,
+        "the suite's generated queries are shorter than 64 tokens"),
+)  # fmt: skip
+
 REPLUG = (
     Row("methods.replug.judge", "Revela §4.1: LLaMA-3.2-1B; DREAM: not specified", "", "",
         "llama-3.1-8b-instruct",
@@ -256,4 +267,4 @@ DREAM = (
     Row("methods.dream.probe_batch_size", "not specified", 4, 8, 8, engineering=True),
 )  # fmt: skip
 
-ROWS: tuple[Row, ...] = (*DATA, *MODEL, *TRAIN, *EVAL, *BM25, *PROMPTREPS, *INFONCE, *DRAMA, *REPLUG, *REVELA, *DREAM)
+ROWS: tuple[Row, ...] = (*DATA, *MODEL, *TRAIN, *EVAL, *BM25, *PROMPTREPS, *INFONCE, *DRAMA, *LLMQL, *REPLUG, *REVELA, *DREAM)

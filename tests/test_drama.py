@@ -36,7 +36,7 @@ def test_the_matryoshka_loss_is_infonce_summed_over_renormalised_prefixes():
     c = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]]])
     target = torch.tensor([1])
     total, parts = matryoshka_infonce(q, c, target, (1, 3), temperature=0.5)
-    # d = 1: q → (1), candidates → (1), (0 normalised to 0): scores 1/0.5 = 2 and 0 → CE of the second = log(1+e²)
+    # d = 1: q → (1); candidates → (1) and (0): scores 1/0.5 = 2 and 0 → CE of the second = log(1 + e²)
     assert parts[1].item() == pytest.approx(math.log(1 + math.exp(2.0)))
     # d = 3: q = (0.6, 0.8, 0); candidates (1, 0, 0) and (0, 1, 1)/√2: scores 0.6 and 0.8/√2, over τ = 0.5
     s = torch.tensor([0.6, 0.8 / math.sqrt(2)]) / 0.5

@@ -29,6 +29,7 @@ class CandidateBatch:
     candidates: list[list[str]]  # (B, K)
     target_index: list[int]  # (B,)
     targets: list[str]  # (B,) the target chunk text = candidates[b][target_index[b]]
+    index: int = -1  # the micro-batch's position in training (``batch(index)``): a method can tell its stage
 
     def __len__(self) -> int:
         return len(self.queries)
@@ -38,6 +39,7 @@ class CandidateBatch:
 class ChunkBatch:
     instance_ids: list[str]
     chunks: list[list[str]]  # (B, K): one group of chunks per instance, shuffled
+    index: int = -1  # the micro-batch's position in training (``batch(index)``)
 
     def __len__(self) -> int:
         return len(self.chunks)
@@ -120,7 +122,7 @@ class TrainingLoader:
                 )  # within the batch (App. B.2)
                 groups.append([text for _, text in chunks])
                 ids.append(f"stream-{b:06d}")
-            return ChunkBatch(instance_ids=ids, chunks=groups)
+            return ChunkBatch(instance_ids=ids, chunks=groups, index=index)
         chosen = [
             self.instances[i] for i in order[position * self.batch_size : (position + 1) * self.batch_size]
         ]
@@ -132,10 +134,11 @@ class TrainingLoader:
                 candidates=[list(inst.candidates) for inst in chosen],
                 target_index=[inst.target_index for inst in chosen],
                 targets=[inst.target for inst in chosen],
+                index=index,
             )
         groups = []
         for inst in chosen:
             group = list(inst.candidates)
             random.Random(f"{self.seed}:{epoch}:{inst.id}").shuffle(group)
             groups.append(group)
-        return ChunkBatch(instance_ids=ids, chunks=groups)
+        return ChunkBatch(instance_ids=ids, chunks=groups, index=index)
