@@ -249,6 +249,10 @@ record.
 METHOD_NOTES = {
     "replug": "Loss KL(P_LM ‖ P_R), as in Revela App. B.3 and the released LSR code (`torch.nn.KLDivLoss`, "
     "the LM's softmax as target); the REPLUG paper (§4) writes KL(P_R ‖ Q_LM).",
+    "diffretriever": "Zero-shot only (the paper also fine-tunes). Sparse vectors keep the text's own content "
+    "words as PromptReps' released code does (DiffRetriever: lowercase content tokens of the vocabulary). Dense "
+    "vectors L2-normalised before MaxSim. No diffusion LM is offline: mini lists it as online only; the tests "
+    "run it on the tiny random Llama given a bidirectional mask, which has a diffusion LM's interface.",
     "drama": "Trained with LoRA on the suite's backbone and budget like every method (Drama: full fine-tuning "
     "of a pruned Llama-3.2-1B, batch 2,048 × 7 hard negatives, 200k steps, plus in-batch negatives); the 7 hard "
     "negatives are the other chunks of the query's candidate set; pruning is the shared `model.backbone_layers` "

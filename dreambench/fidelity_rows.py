@@ -184,6 +184,22 @@ PROMPTREPS = (
     Row("methods.promptreps.batch_size", "not specified", 8, 8, 8, engineering=True),
 )  # fmt: skip
 
+DIFFRETRIEVER = (
+    Row("methods.diffretriever.model", "DiffRetriever §4.1: Dream-v0-Instruct-7B, LLaDA-8B-Instruct",
+        "tiny-llama", "Dream-org/Dream-v0-Instruct-7B", "Dream-org/Dream-v0-Instruct-7B",
+        f"{TEST} (read bidirectionally; no diffusion LM is offline); mini: online only"),
+    Row("methods.diffretriever.mask_token", "Dream's <|mask|>", "~", "<|mask|>", "<|mask|>",
+        "smoke: a byte the test texts do not contain"),
+    Row("methods.diffretriever.query_masks", "DiffRetriever §4.1: K_q = 4 (Dream)", 2, 4, 4, TEST),
+    Row("methods.diffretriever.passage_masks", "DiffRetriever §4.1: K_p = 16 (Dream)", 3, 16, 16, TEST),
+    Row("methods.diffretriever.scoring", "DiffRetriever §5.2: hybrid for zero-shot", "hybrid", "hybrid", "hybrid"),
+    Row("methods.diffretriever.alpha", "DiffRetriever Eq. 4: 1/2", 0.5, 0.5, 0.5),
+    Row("methods.diffretriever.max_terms", "not specified", 128, 128, 128, code="as PromptReps' encode.py"),
+    Row("methods.diffretriever.quantization", "not specified", 100, 100, 100, code="as PromptReps' encode.py"),
+    Row("methods.diffretriever.hybrid_depth", "DiffRetriever §3.3: top-1000 lists", 1000, 1000, 1000),
+    Row("methods.diffretriever.batch_size", "not specified", 8, 8, 8, engineering=True),
+)  # fmt: skip
+
 DRAMA = (
     Row("methods.drama.temperature", "not specified (Drama §3.1: InfoNCE with τ)", 0.05, 0.05, 0.05,
         "the suite's InfoNCE temperature; Drama gives none"),
@@ -267,4 +283,6 @@ DREAM = (
     Row("methods.dream.probe_batch_size", "not specified", 4, 8, 8, engineering=True),
 )  # fmt: skip
 
-ROWS: tuple[Row, ...] = (*DATA, *MODEL, *TRAIN, *EVAL, *BM25, *PROMPTREPS, *INFONCE, *DRAMA, *LLMQL, *REPLUG, *REVELA, *DREAM)
+ROWS: tuple[Row, ...] = (
+    *DATA, *MODEL, *TRAIN, *EVAL, *BM25, *PROMPTREPS, *DIFFRETRIEVER, *INFONCE, *DRAMA, *LLMQL, *REPLUG, *REVELA, *DREAM
+)

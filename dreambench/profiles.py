@@ -120,6 +120,8 @@ def _smoke() -> Profile:
         methods={
             "dream": {"num_heads": 4, "probe_batch_size": 4},
             "revela": {"lm_lora_r": 8, "lm_lora_alpha": 16, "batch_chunks": 8, "max_chunk_tokens": 64},
+            # no diffusion LM is offline: the tiny Llama read bidirectionally, "~" as its mask token
+            "diffretriever": {"model": "tiny-llama", "mask_token": "~", "query_masks": 2, "passage_masks": 3},
         },
     ),
     experiments=main_experiments({}),

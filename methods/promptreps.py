@@ -158,6 +158,10 @@ class PromptReps(DenseMethod):
     def encoding_stats(self) -> dict[str, EncodeStats]:
         return dict(self.stats)
 
+    def encoder_identity(self) -> list[Any]:
+        """What the representations depend on besides the texts and prompts (the encodings cache's key)."""
+        return [self.result_dependencies()["model"]]
+
     def prepare(self) -> None:
         name = self.config.model.backbone
         self.tokenizer = load_tokenizer(name, self.workspace)
@@ -206,7 +210,7 @@ class PromptReps(DenseMethod):
             rows.append(self.prompt_ids(ids[:cap], kind))
         stats.tokens = sum(len(r) for r in rows)
         key = json.dumps(
-            [self.result_dependencies()["model"], SYSTEM, USER, ANSWER, p.max_terms, p.quantization, texts, rows],
+            [*self.encoder_identity(), SYSTEM, USER, ANSWER, p.max_terms, p.quantization, texts, rows],
             sort_keys=True,
         )
         digest = hashlib.sha1(key.encode()).hexdigest()[:20]
@@ -267,17 +271,27 @@ class PromptReps(DenseMethod):
         with self.timed("encode_corpus_s"):
             d_dense, d_sparse = self.encode([passage_text(data.corpus[i]) for i in dids], "passage")
         self.timings["encode_tokens_per_s"] = self.stats["passage"].tokens_per_second
-        self._last_embeddings = (data.name, qids, q_dense, dids, d_dense)  # the dense side's geometry
+        q_one, d_one = self.single_vector(q_dense), self.single_vector(d_dense)
+        self._last_embeddings = (data.name, qids, q_one, dids, d_one)  # the dense side's geometry
         scoring, pool = self.params.scoring, max(depth, self.params.hybrid_depth)
         with self.timed("search_s"):
             dense = sparse = {}
             if scoring in ("dense", "hybrid"):
                 backend = self.config.eval.search_backend
-                dense = dense_search(q_dense, d_dense, qids, dids, min(pool, len(dids)), backend)
+                dense = self.dense_run(q_dense, d_dense, qids, dids, min(pool, len(dids)), backend)
             if scoring in ("sparse", "hybrid"):
                 sparse = self.sparse_search(data, dids, d_sparse, dict(zip(qids, q_sparse, strict=True)), pool)
             run = min_max_fuse(dense, sparse, self.params.alpha) if scoring == "hybrid" else dense or sparse
         return {qid: dict(sorted(hits.items(), key=lambda kv: -kv[1])[:depth]) for qid, hits in run.items()}
+
+    @staticmethod
+    def single_vector(dense: torch.Tensor) -> torch.Tensor:
+        """One normalised vector per text (the geometry's input): the representation, or the mean of several."""
+        return dense if dense.dim() == 2 else torch.nn.functional.normalize(dense.mean(dim=1), dim=-1)
+
+    def dense_run(self, q: torch.Tensor, d: torch.Tensor, qids, dids, depth: int, backend: str) -> Run:
+        """Exact inner-product search of single vectors."""
+        return dense_search(q, d, qids, dids, depth, backend)
 
     def sparse_search(
         self,
@@ -288,7 +302,7 @@ class PromptReps(DenseMethod):
         depth: int,
     ) -> Run:
         """The impact index of the passages' vectors (cached by their content), searched with the queries'."""
-        digest = json.dumps([self.result_dependencies()["model"], dids, vectors], sort_keys=True)
+        digest = json.dumps([*self.encoder_identity(), dids, vectors], sort_keys=True)
         key = f"{data.name.replace('/', '--')}-{hashlib.sha1(digest.encode()).hexdigest()[:16]}"
         index_dir = self.workspace.cache("indexes", "promptreps") / key
         with build_lock(index_dir, f"the PromptReps impact index of {data.name}"):
