@@ -165,8 +165,7 @@ class Method(abc.ABC):
         """Alignment/uniformity of the last ``retrieve`` on ``data`` (dense methods only)."""
         return None
 
-    def encoding_stats(self) -> dict[str, EncodeStats] | None:
-        """What the last ``retrieve`` encoded, per kind (query, passage): texts, tokens, length cap, texts cut."""
+    def encoding_stats(self) -> dict[str, EncodeStats] | None:  # per kind: texts, tokens, length cap, texts cut
         return None
 
 
@@ -270,7 +269,7 @@ class TrainedDenseMethod(DenseMethod):
     def device(self) -> torch.device:
         return self.retriever.device
 
-    def prepare(self) -> None:
+    def prepare(self, merge: bool = True) -> None:
         import torch
 
         out_dir = self.checkpoint_dir()
@@ -312,7 +311,8 @@ class TrainedDenseMethod(DenseMethod):
                     torch.save(trainable_state(self.trainable_modules()), tmp)
             distributed.barrier()
         self.after_training()
-        self.retriever.merge_lora()  # evaluation only encodes from here on
+        if merge:  # evaluation only encodes from here on (export keeps the adapter)
+            self.retriever.merge_lora()
         self.retriever.eval()
 
     def score_arithmetic(self) -> contextlib.AbstractContextManager:
