@@ -41,6 +41,10 @@ class ModelConfig:
     """The embedding backbone every dense method trains and evaluates (shared for a fair comparison)."""
 
     backbone: str = "smollm2-135m-instruct"  # alias (see dreambench.models.backbones), hub id or local path
+    # the text around what the retriever encodes: "prefix" (query_prefix/passage_prefix + text + EOS, pooled at
+    # the EOS) or "promptreps" (the one-word chat prompt of dreambench.models.prompts around the text, pooled at
+    # the opened answer: PromptReps' dense representation; the length caps then count the text's tokens)
+    input_template: str = field(default="prefix", metadata=added_option("prefix"))
     query_prefix: str = "Query: "
     passage_prefix: str = "Passage: "
     max_query_tokens: int = 64
@@ -300,6 +304,7 @@ POSITIVE = ("train.lr", "train.max_grad_norm", "model.lora_alpha")
 
 CHOICES = {  # options that take one of a few names
     "model.precision": ("auto", "bf16", "fp32"),
+    "model.input_template": ("prefix", "promptreps"),
     "data.query_precision": ("auto", "bf16", "fp32"),
     "train.precision": ("auto", "bf16", "fp32"),
     "data.query_source": ("generate", "crop"),

@@ -75,7 +75,8 @@ def export_retriever(trained: TrainedDenseMethod, out: Path, scores: dict[str, A
     retriever.save_adapter(out / "adapter")
     eval_lengths = {"query": retriever.length_cap("query", config.eval.max_query_tokens),
                     "passage": retriever.length_cap("passage", config.eval.max_passage_tokens)}  # fmt: skip
-    sentence_transformers = not retriever.bidirectional
+    # sentence-transformers adds a prompt before the text, not a template around it, nor a 4D attention mask
+    sentence_transformers = not retriever.bidirectional and config.model.input_template == "prefix"
     if sentence_transformers:
         retriever.merge_lora()
         retriever.backbone.save_pretrained(out)

@@ -96,6 +96,10 @@ MODEL = (
         "from Llama-3.2-1B)", 0, 0, 0,
         "0 keeps every layer; a positive N keeps the first N (depth pruning without Drama's learned masks and "
         "continued pretraining): a cost lever, the same for every dense method", methods="dense"),
+    Row("model.input_template", "DREAM: not specified; Revela §4.1: the prefixes below; PromptReps: a one-word "
+        "chat prompt", "prefix", "prefix", "prefix",
+        "promptreps: every dense method starts from PromptReps' dense representation (measured as a lever, "
+        "docs/methods.md)"),
     Row("model.query_prefix", 'Revela §4.1: "Query: "; DREAM: not specified', "Query: ", "Query: ", "Query: ",
         code='Revela: "query: " (arguments.py default)'),
     Row("model.passage_prefix", 'Revela §4.1: "Passage: "; DREAM: not specified', "Passage: ", "Passage: ",

@@ -35,16 +35,9 @@ from dreambench.models.backbones import (
     load_model,
     load_tokenizer,
 )
+from dreambench.models.prompts import ANSWER, USER, one_word_prompt
 from dreambench.models.retriever import bidirectional_mask
-from methods.promptreps import (
-    ANSWER,
-    SYSTEM,
-    USER,
-    PromptReps,
-    PromptRepsParams,
-    content_token_ids,
-    sparse_vector,
-)
+from methods.promptreps import PromptReps, PromptRepsParams, content_token_ids, sparse_vector
 
 
 @dataclass(frozen=True)
@@ -113,24 +106,12 @@ class DiffRetriever(PromptReps):
     def prompt_ids(self, text_ids: list[int], kind: str) -> list[int]:
         """The PromptReps prompt worded for K, then K masks, the closing quote, end of turn and EOS."""
         k, tok = self.masks(kind), self.tokenizer
-        label = "Query" if kind == "query" else "Passage"
-        marker = "\x00TEXT\x00"
-        messages = [
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": several(USER, k).format(label=label, text=marker, kind=kind)},
-        ]
-        answer = several(ANSWER, k)
-        if tok.chat_template:
-            prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + answer
-        else:
-            prompt = "\n".join(m["content"] for m in messages) + "\n" + answer
-        before, after = prompt.split(marker)
+        before, after = one_word_prompt(tok, kind, several(USER, k), several(ANSWER, k))
         tail = tok.encode('"', add_special_tokens=False)
         turn_end = tok.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tok.get_vocab() else None
         tail += [turn_end] if turn_end not in (None, tok.eos_token_id) else []
         self.tail_length = len(tail) + 1  # the tokens after the masks
-        return (tok.encode(before, add_special_tokens=False) + text_ids + tok.encode(after, add_special_tokens=False)
-                + [self.mask_id] * k + tail + [tok.eos_token_id])  # fmt: skip
+        return before + text_ids + after + [self.mask_id] * k + tail + [tok.eos_token_id]
 
     def mask_positions(self, row: list[int]) -> list[int]:
         """The K mask positions of a prompt: the run of mask tokens just before the closing tail."""

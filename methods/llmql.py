@@ -81,6 +81,8 @@ class LLMQL(TrainedDenseMethod):
             raise ValueError(f"methods.llmql.corruption = {p.corruption} (must be in [0, 1))")
         if not 0.0 <= p.ql_fraction < 1.0:
             raise ValueError(f"methods.llmql.ql_fraction = {p.ql_fraction} (must be in [0, 1))")
+        if self.config.model.input_template != "prefix":
+            raise ValueError("llmql needs model.input_template = 'prefix' (its [E] is the EOS after the passage)")
         if p.max_query_tokens < 1:
             raise ValueError(f"methods.llmql.max_query_tokens = {p.max_query_tokens} (must be ≥ 1)")
         self.stage = "ql"

@@ -44,17 +44,12 @@ from dreambench.models.backbones import (
     load_tokenizer,
     store_frozen_linears,
 )
+from dreambench.models.prompts import ANSWER, SYSTEM, USER, one_word_prompt
 from dreambench.models.retriever import EncodeStats
 from dreambench.workspace import atomic_dir, atomic_path, build_lock
 
 log = logging.getLogger(__name__)
 
-SYSTEM = "You are an AI assistant that can understand human language."
-# DiffRetriever Table 1, single representation (PromptReps' prompt); {kind} is "query" or "passage"
-USER = (
-    '{label}: "{text}". Use one word to represent the {kind} in a retrieval task. Make sure your word is in lowercase.'
-)
-ANSWER = 'The word is "'
 SCORINGS = ("hybrid", "dense", "sparse")
 
 
@@ -177,19 +172,8 @@ class PromptReps(DenseMethod):
     # ---- encoding --------------------------------------------------------------------------------------
     def prompt_ids(self, text_ids: list[int], kind: str) -> list[int]:
         """The chat prompt around a text's (already truncated) token ids, ending in ``The word is "``."""
-        label = "Query" if kind == "query" else "Passage"
-        marker = "\x00TEXT\x00"
-        messages = [
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": USER.format(label=label, text=marker, kind=kind)},
-        ]
-        tok = self.tokenizer
-        if tok.chat_template:
-            prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + ANSWER
-        else:
-            prompt = "\n".join(m["content"] for m in messages) + "\n" + ANSWER
-        before, after = prompt.split(marker)
-        return tok.encode(before, add_special_tokens=False) + text_ids + tok.encode(after, add_special_tokens=False)
+        before, after = one_word_prompt(self.tokenizer, kind)
+        return before + text_ids + after
 
     def length_cap(self, kind: str) -> int:
         ev = self.config.eval

@@ -123,3 +123,22 @@ def test_promptreps_runs_through_the_runner_in_the_smoke_profile(smoke_run):
     assert outcome.status == "computed" and payload["method"] == "promptreps"
     assert 0.0 <= payload["scores"]["ndcg_at_10"] <= 1.0
     assert "training" not in payload and payload["scoring"] == "hybrid"  # zero-shot: nothing trained
+
+
+def test_the_promptreps_template_starts_a_retriever_from_promptreps_dense_representation(promptreps, workspace):
+    """model.input_template = "promptreps": every dense method's retriever reads the one-word prompt and pools
+    at the opened answer, so before training it is PromptReps' dense side (and LoRA trains from there)."""
+    import dataclasses
+
+    from dreambench.models.retriever import DenseRetriever
+    from dreambench.profiles import PROFILES
+
+    model = dataclasses.replace(PROFILES.get("smoke").config.model, input_template="promptreps")
+    retriever = DenseRetriever.from_config(model, workspace, lora=True)
+    texts = ["lava erupts from the crust", "a river flows to the sea near the old mill town " * 20]
+    dense, _ = promptreps.encode(texts, "passage")
+    ours = retriever.encode(texts, "passage", max_tokens=promptreps.length_cap("passage"), progress=False)
+    assert torch.allclose(ours, dense, atol=1e-5)
+    assert retriever.last_stats.truncated == 1  # the long text's tokens were cut to the cap, the prompt kept
+    rows, _ = retriever.token_rows(texts[:1], "query")
+    assert retriever.tokenizer.decode(rows[0]).endswith(ANSWER)

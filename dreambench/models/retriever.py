@@ -23,6 +23,7 @@ from .. import distributed
 from ..config import ModelConfig
 from ..workspace import Workspace
 from .backbones import autocast_dtype, load_model, load_tokenizer, prune_layers
+from .prompts import one_word_prompt
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class DenseRetriever(nn.Module):
         # retriever), or set by a method (Drama: every token attending to every other, mean of the states)
         self.pooling = "last"  # last | mean
         self.bidirectional = False
+        self._prompts: dict[str, tuple[list[int], list[int]]] = {}  # the promptreps template's, per kind
 
     # ---- construction ----------------------------------------------------------------------------------
     @classmethod
@@ -137,6 +139,8 @@ class DenseRetriever(nn.Module):
     def token_rows(self, texts: list[str], kind: str, max_tokens: int | None = None) -> tuple[list[list[int]], int]:
         """Each text's token ids as encoded: prefix + text, truncated to the length cap (:meth:`length_cap`)
         keeping room for EOS, then EOS; and how many texts the cap cut (counted in the same tokenizer pass)."""
+        if self.config.input_template == "promptreps":
+            return self._prompt_rows(texts, kind, self.length_cap(kind, max_tokens))
         limit = self.length_cap(kind, max_tokens) - 1
         prefix = self.config.query_prefix if kind == "query" else self.config.passage_prefix
         tok, texts = self.tokenizer, [prefix + t for t in texts]
@@ -150,6 +154,14 @@ class DenseRetriever(nn.Module):
             encoded = [tok(text, **options) for text in texts]
             rows, cut = [e["input_ids"] for e in encoded], sum(1 for e in encoded if e.get("overflowing_tokens"))
         return [ids + [tok.eos_token_id] for ids in rows], cut
+
+    def _prompt_rows(self, texts: list[str], kind: str, cap: int) -> tuple[list[list[int]], int]:
+        """The ``promptreps`` template: each text's first ``cap`` tokens inside the one-word prompt."""
+        if kind not in self._prompts:
+            self._prompts[kind] = one_word_prompt(self.tokenizer, kind)
+        before, after = self._prompts[kind]
+        ids = [self.tokenizer.encode(text, add_special_tokens=False) for text in texts]
+        return [before + row[:cap] + after for row in ids], sum(len(row) > cap for row in ids)
 
     def tokenize(
         self, texts: list[str], kind: str, padding_side: str = "right", max_tokens: int | None = None
