@@ -134,9 +134,28 @@ def user_folders(data_dir: Path) -> list[str]:
     """Folder names under ``data_dir`` in BEIR layout that are not registered tasks."""
     if not data_dir.is_dir():
         return []
-    return sorted(
-        p.name for p in data_dir.iterdir() if (p / "corpus.jsonl").is_file() and p.name not in TASKS
-    )
+    folders = [p.name for p in data_dir.iterdir() if (p / "corpus.jsonl").is_file()]
+    return sorted(name for name in folders if canonical_dataset(name) not in TASKS)
+
+
+def canonical_dataset(name: str) -> str:
+    """The suite's name for ``name``: the registered task whose name, MTEB task name or paper name it is, case
+    aside (``SciFact``, ``SCIFACT`` → ``scifact``; ``FiQA2018`` → ``fiqa``; ``NanoSciFact`` → ``nano-scifact``);
+    else ``name`` unchanged (a BEIR folder of the user's own in ``data_dir``, or unknown: ``task_spec`` says)."""
+    if name in TASKS:
+        return name
+    key = name.lower().replace("_", "-")
+    for known in TASKS.names():
+        spec = TASKS.get(known)
+        if known.startswith("nano-") and known[5:] in TASKS:  # NanoBEIR spells them NanoSciFact
+            base = TASKS.get(known[5:])
+            aliases = {known} | {f"nano{a}" for a in (base.mteb_name, base.paper_name, known[5:]) if a}
+        else:
+            aliases = {known} | {a for a in (spec.mteb_name, spec.paper_name) if a}
+        lowered = {a.lower() for a in aliases}
+        if key in lowered or key.replace("-", "") in lowered:
+            return known
+    return name  # a folder of the user's own, or unknown (task_spec says so)
 
 
 def task_spec(name: str, data_dir: Path | None = None) -> TaskSpec:
@@ -210,10 +229,15 @@ def _download_mteb(spec: TaskSpec, data_dir: Path) -> Path:
 
 
 def locate(spec: TaskSpec, workspace: Workspace) -> Path | None:
+    """The task's BEIR folder on disk: shipped, or in the data folder under its name, its MTEB task name or its
+    paper name (``scifact/``, ``SciFact/``); None when none holds a corpus."""
     if spec.shipped:
         return SHIPPED_DIR / spec.name
-    folder = workspace.data_dir / spec.name
-    return folder if (folder / "corpus.jsonl").is_file() else None
+    for name in dict.fromkeys(n for n in (spec.name, spec.mteb_name, spec.paper_name) if n):
+        folder = workspace.data_dir / name
+        if (folder / "corpus.jsonl").is_file():
+            return folder
+    return None
 
 
 def load_task(name: str, workspace: Workspace, config: RunConfig | None = None) -> RetrievalData:

@@ -27,7 +27,7 @@ from ..profiles import DEFAULT_PROFILE, PROFILES, with_experiments
 from ..registry import UnknownNameError
 from ..runner import Runner
 from ..study import STUDIES
-from ..tasks import TASKS, load_task, task_spec, user_folders
+from ..tasks import TASKS, canonical_dataset, load_task, task_spec, user_folders
 from ..tuning import check_grid, describe
 from ..tuning import tune as search
 from ..workspace import Workspace
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                 profile,
                 config,
                 _split(args.methods, "--methods"),
-                _split(args.datasets, "--datasets"),
+                [canonical_dataset(d) for d in _split(args.datasets, "--datasets") or []] or None,
                 _split(args.experiments, "--experiments"),
                 _seeds(args.seeds),
                 workspace.data_dir,
