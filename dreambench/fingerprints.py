@@ -71,3 +71,10 @@ def fingerprint(*parts: Any, length: int = 12) -> str:
     them); keys every cache."""
     blob = json.dumps([fingerprint_view(p) for p in parts], sort_keys=True, separators=(",", ":"))
     return hashlib.sha1(blob.encode()).hexdigest()[:length]
+
+
+def previous_values(cls: type) -> dict[str, Any]:
+    """Each option of the dataclass ``cls`` added with :func:`added_option`: its value before it existed (what
+    a record written before then ran with)."""
+    fields = dataclasses.fields(cls)
+    return {f.name: f.metadata["fingerprint_omits"] for f in fields if "fingerprint_omits" in f.metadata}

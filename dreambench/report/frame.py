@@ -43,6 +43,7 @@ def results_frame(results_dir: Path, profile: str) -> pd.DataFrame:
                     "git": (payload.get("git") or {}).get("commit"),
                     "created": payload.get("created"),
                     "training": payload.get("training"),  # trained methods: the run's summary
+                    "data": payload["config"].get("data") if payload.get("training") else None,  # its data config
                     "truncated": payload.get("truncated"),  # dense methods: texts cut to the evaluation lengths
                 }
             )

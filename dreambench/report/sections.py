@@ -34,6 +34,7 @@ from .tables import (
     per_seed_table,
     seed_table,
     training_data_lines,
+    training_data_table,
 )
 
 
@@ -183,6 +184,22 @@ def training(ctx: ReportContext) -> list[str]:
     return lines
 
 
+def training_data(ctx: ReportContext) -> list[str]:
+    table = training_data_table(ctx.frame)
+    if table.empty:
+        return []
+    table.to_csv(ctx.out / "training_data.csv")
+    return [
+        "## Training data (every trained run of a folder read the same instances; `training_data.csv`)",
+        "",
+        "Built by `python run_all.py --build-data` from the source text; never from an evaluation collection. "
+        "*judges / LMs*: the frozen models the trained methods read (DREAM's judge, REPLUG's, Revela's LM).",
+        "",
+        markdown_table(table),
+        "",
+    ]
+
+
 def tuning(ctx: ReportContext) -> list[str]:
     table, notes = tuning_section(ctx.results_dir, ctx.profile)
     if table.empty and not notes:
@@ -302,7 +319,7 @@ def wall_time(ctx: ReportContext) -> list[str]:
 
 
 def provenance(ctx: ReportContext) -> list[str]:
-    ctx.frame.drop(columns=["params", "training", "truncated"]).to_csv(
+    ctx.frame.drop(columns=["params", "training", "truncated", "data"]).to_csv(
         ctx.out / "results_long.csv", index=False, float_format="%.6f"
     )
     table = provenance_table(ctx.results_dir, ctx.profile)
@@ -329,6 +346,7 @@ HARNESS_SECTIONS = tuple(
         ("recall", recall),
         ("experiment groups", experiment_groups),
         ("training", training),
+        ("training data", training_data),
         ("tuning", tuning),
         ("geometry", geometry),
         ("failed runs", failed_runs),

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
+from ..config import DataConfig
 from ..evaluation.metrics import MAIN_METRIC
+from ..fingerprints import previous_values
 from ..tasks import TASKS
 from .frame import average_groups, dataset_order, in_row_order, row_label, row_seeds, score_table
 from .statistics import runs_learned, significance_mark
@@ -222,6 +226,37 @@ def training_table(frame: pd.DataFrame) -> pd.DataFrame:
             **({"first plain-LM loss": plain[0], "final plain-LM loss": plain[-1]} if plain else {}),
         }
     return pd.DataFrame.from_dict(rows, orient="index").loc[in_row_order(rows)] if rows else pd.DataFrame()
+
+
+def training_data_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per training-data folder the report's trained runs read: its source and construction, the
+    query generator, the instance counts, the frozen models read, the runs and the files' sha256."""
+    rows: dict[str, dict[str, Any]] = {}
+    runs: dict[str, set[tuple[str, str, Any]]] = {}
+    for method, experiment, seed, summary, data in zip(
+        frame.method, frame.experiment, frame.seed, frame.training, frame.data, strict=True
+    ):
+        folder = ((summary or {}).get("training_data") or {}).get("folder")
+        if not folder or not data:
+            continue
+        value = {**previous_values(DataConfig), **data}  # an option recorded before it existed: its old value
+        counts = (summary or {}).get("instances") or {}
+        row = rows.setdefault(folder, {
+            "source": value["source"], "candidate sets": value.get("candidate_sets", "—"),
+            "K": value["num_candidates"], "chunk words": f"{value['chunk_min_words']}–{value['chunk_max_words']}",
+            "queries": value["query_generator"] if value["query_source"] == "generate" else value["query_source"],
+            "train / held-out / probe": "/".join(str(counts.get(k, "?")) for k in ("train", "heldout", "probe")),
+            "judges / LMs": {}, "sha256": ((summary or {}).get("training_data") or {}).get("sha256", "")[:12],
+        })  # fmt: skip
+        for key in ("judge", "lm"):
+            if (summary or {}).get(key):
+                row["judges / LMs"].setdefault(summary[key], set()).add(method)
+        runs.setdefault(folder, set()).add((method, experiment, seed))
+    for folder, row in rows.items():
+        models = row["judges / LMs"]
+        row["judges / LMs"] = "; ".join(f"{m} ({', '.join(sorted(models[m]))})" for m in sorted(models)) or "—"
+        row["runs"] = len(runs[folder])
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("folder")
 
 
 def training_data_lines(frame: pd.DataFrame) -> list[str]:
