@@ -19,6 +19,21 @@ class InfoNCEParams:
     temperature: float = 0.05  # fixed, as in common contrastive retriever training
 
 
+def contrastive_loss(
+    method: TrainedDenseMethod, batch: CandidateBatch, temperature: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Cross-entropy of the target among its set's K candidates at ``temperature`` (DREAM §4.1's InfoNCE), with
+    the step's training top-1 and the tokens the retriever read."""
+    seen = method.retriever.tokens_embedded
+    scores = method.candidate_scores(batch.queries, batch.candidates)  # (B, K)
+    target = torch.tensor(batch.target_index, device=scores.device)
+    with method.score_arithmetic():
+        loss = nn.functional.cross_entropy(scores / temperature, target)
+    with torch.no_grad():
+        hit = (scores.argmax(dim=1) == target).float().mean()
+    return loss, {"train_top1": float(hit), "tokens": method.retriever.tokens_embedded - seen}
+
+
 @register_method("infonce")
 class InfoNCE(TrainedDenseMethod):
     description = "contrastive: target = positive, other candidates of the set = negatives"
@@ -41,14 +56,7 @@ class InfoNCE(TrainedDenseMethod):
         return self.retriever
 
     def compute_loss(self, batch: CandidateBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        seen = self.retriever.tokens_embedded
-        scores = self.candidate_scores(batch.queries, batch.candidates)  # (B, K)
-        target = torch.tensor(batch.target_index, device=scores.device)
-        with self.score_arithmetic():
-            loss = nn.functional.cross_entropy(scores / self.params.temperature, target)
-        with torch.no_grad():
-            hit = (scores.argmax(dim=1) == target).float().mean()
-        return loss, {"train_top1": float(hit), "tokens": self.retriever.tokens_embedded - seen}
+        return contrastive_loss(self, batch, self.params.temperature)
 
     def summary_extra(self) -> dict[str, Any]:
         return {

@@ -29,6 +29,7 @@ from torch import nn
 from dreambench.data.loader import CandidateBatch
 from dreambench.method import TrainedDenseMethod, register_method
 from dreambench.models.backbones import load_model
+from methods.infonce import contrastive_loss
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ class LLMQL(TrainedDenseMethod):
     def compute_loss(self, batch: CandidateBatch) -> tuple[torch.Tensor, dict[str, float]]:
         in_ql = batch.index >= 0 and batch.index // self.config.train.grad_accum < self.ql_steps()
         self.stage = "ql" if in_ql else "contrastive"
-        return self.ql_loss(batch) if in_ql else self.contrastive_loss(batch)
+        return self.ql_loss(batch) if in_ql else contrastive_loss(self, batch, self.params.temperature)
 
     def ql_loss(self, batch: CandidateBatch) -> tuple[torch.Tensor, dict[str, float]]:
         ids, mask, labels = (t.to(self.retriever.device) for t in self.ql_inputs(batch))
@@ -142,15 +143,6 @@ class LLMQL(TrainedDenseMethod):
             loss = nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
         self.retriever.tokens_embedded += int(ids.numel())
         return loss, {"ql_loss": float(loss), "tokens": int(ids.numel())}
-
-    def contrastive_loss(self, batch: CandidateBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        seen = self.retriever.tokens_embedded
-        scores = self.candidate_scores(batch.queries, batch.candidates)  # (B, K)
-        target = torch.tensor(batch.target_index, device=scores.device)
-        with self.score_arithmetic():
-            loss = nn.functional.cross_entropy(scores / self.params.temperature, target)
-        hit = float((scores.argmax(dim=1) == target).float().mean())
-        return loss, {"train_top1": hit, "tokens": self.retriever.tokens_embedded - seen}
 
     def training_state(self) -> dict[str, float]:
         return {"ql_stage": float(self.stage == "ql")}
