@@ -103,15 +103,16 @@ class DiffRetriever(PromptReps):
     def masks(self, kind: str) -> int:
         return self.params.query_masks if kind == "query" else self.params.passage_masks
 
-    def prompt_ids(self, text_ids: list[int], kind: str) -> list[int]:
-        """The PromptReps prompt worded for K, then K masks, the closing quote, end of turn and EOS."""
+    def prompt_parts(self, kind: str) -> tuple[list[int], list[int]]:
+        """The PromptReps prompt worded for K; after the text, the opened answer, K masks, the closing quote,
+        end of turn and EOS."""
         k, tok = self.masks(kind), self.tokenizer
         before, after = one_word_prompt(tok, kind, several(USER, k), several(ANSWER, k))
         tail = tok.encode('"', add_special_tokens=False)
         turn_end = tok.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tok.get_vocab() else None
         tail += [turn_end] if turn_end not in (None, tok.eos_token_id) else []
         self.tail_length = len(tail) + 1  # the tokens after the masks
-        return before + text_ids + after + [self.mask_id] * k + tail + [tok.eos_token_id]
+        return before, after + [self.mask_id] * k + tail + [tok.eos_token_id]
 
     def mask_positions(self, row: list[int]) -> list[int]:
         """The K mask positions of a prompt: the run of mask tokens just before the closing tail."""

@@ -144,6 +144,7 @@ class PromptReps(DenseMethod):
         self.model = self.tokenizer = None
         self.stops = stop_words()
         self.encoded_tokens = 0
+        self._prompts: dict[str, tuple[list[int], list[int]]] = {}  # prompt_parts per kind, once tokenised
         self.stats: dict[str, EncodeStats] = {}
 
     def result_dependencies(self) -> dict[str, Any]:
@@ -170,9 +171,15 @@ class PromptReps(DenseMethod):
         self.model = None
 
     # ---- encoding --------------------------------------------------------------------------------------
+    def prompt_parts(self, kind: str) -> tuple[list[int], list[int]]:
+        """The token ids before and after a text of ``kind`` in the prompt (ending in ``The word is "``)."""
+        return one_word_prompt(self.tokenizer, kind)
+
     def prompt_ids(self, text_ids: list[int], kind: str) -> list[int]:
-        """The chat prompt around a text's (already truncated) token ids, ending in ``The word is "``."""
-        before, after = one_word_prompt(self.tokenizer, kind)
+        """The prompt around a text's (already truncated) token ids; its parts are built once per kind."""
+        if kind not in self._prompts:
+            self._prompts[kind] = self.prompt_parts(kind)
+        before, after = self._prompts[kind]
         return before + text_ids + after
 
     def length_cap(self, kind: str) -> int:
