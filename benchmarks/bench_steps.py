@@ -68,30 +68,9 @@ def _step_instances(method, mini):
 def _stepper(method, mini):
     """The trainer core's optimiser step for ``method``: ``step(first)`` takes micro-batches ``first`` …
     ``first + STEP_INSTANCES − 1`` (forward and backward of each, clipping, AdamW) → the tokens it processed."""
-    from dreambench.models.backbones import autocast_dtype
+    from dreambench.training.throughput import optimiser_step
 
-    config, _, data = mini
-    train = config.train
-    loader = method.training_loader(data.train)
-    groups = [g for g in method.parameter_groups(train.lr, train.weight_decay) if g["params"]]
-    optimizer = torch.optim.AdamW(groups, lr=train.lr)
-    params = method.trainable_parameters()
-    dtype = autocast_dtype(train.precision, method.device)
-    method.trainable_modules().train()
-
-    def step(first: int) -> int:
-        total = 0
-        for micro in range(first, first + STEP_INSTANCES):
-            with torch.autocast(method.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-                loss, stats = method.compute_loss(loader.batch(micro))
-            (loss / STEP_INSTANCES).backward()
-            total += int(stats.get("tokens", 0))
-        torch.nn.utils.clip_grad_norm_(params, train.max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return total
-
-    return step
+    return optimiser_step(method, mini[2].train, STEP_INSTANCES)
 
 
 def _run_step(benchmark, method, mini, rounds: int = 3):

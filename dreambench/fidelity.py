@@ -212,15 +212,15 @@ def _table(
     keys: Sequence[str], rows: Mapping[str, Row], profiles: Sequence[Profile], shared: bool
 ) -> list[str]:
     lines = [
-        "| setting | paper (section) | released code | smoke | mini | paper profile | why it differs |",
-        "|---|---|---|---|---|---|---|",
+        "| setting | paper (section) | released code | smoke | mini | gpu | paper profile | why it differs |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for key in keys:
         row = rows.get(key)
         if row is None:
             continue
         setting = f"`{key}`" + (f" ({row.methods or DEFAULT_CONCERNS[key.split('.')[0]]})" if shared else "")
-        why = "; ".join(p for p in ("engineering" if row.engineering else "", row.why) if p)
+        why = "; ".join(p for p in ("engineering" if row.engineering else "", row.why, row.gpu_why) if p)
         values = [format_value(profile_value(row, p)) for p in profiles]
         cells = [setting, _cell(row.paper), _cell(row.code), *values, _cell(why)]
         lines.append("| " + " | ".join(cells) + " |")

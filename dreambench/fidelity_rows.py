@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-PROFILE_ORDER = ("smoke", "mini", "paper")
+PROFILE_ORDER = ("smoke", "mini", "gpu", "paper")
+AS_MINI = object()  # a row's gpu value where the gpu profile runs what mini runs
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,12 @@ class Row:
     code: str = ""  # the released code's value, where it differs from the paper or the paper gives none
     methods: str = ""  # shared keys: all | dense | trained | comma-separated names ("": the area's default)
     engineering: bool = False  # changes speed, memory or disk use, not what the method computes
+    gpu: Any = AS_MINI  # the gpu profile's value, where it is not mini's
+    gpu_why: str = ""  # why the gpu profile's value differs from the paper's, where it does
 
     def value(self, profile: str) -> Any:
-        return {"smoke": self.smoke, "mini": self.mini, "paper": self.paper_profile}[profile]
+        gpu = self.mini if self.gpu is AS_MINI else self.gpu
+        return {"smoke": self.smoke, "mini": self.mini, "gpu": gpu, "paper": self.paper_profile}[profile]
 
 
 TEST = "smoke: test-sized"
@@ -62,25 +66,32 @@ DATA = (
     Row("data.source", "DREAM §4.1, Revela §4.1: Wikipedia (Tevatron/wikipedia-nq-corpus)", "synthetic",
         "wiki-offline", "tevatron-wiki-nq", f"{TEST}; mini: Wikipedia leads shipped in a package (offline)"),
     Row("data.num_train", "DREAM §4.1: not stated (1,500 steps × 32 = 48,000); Revela §4.1: 320,000 batches",
-        8, 400, 48_000, f"{TEST}; {CPU} (100 steps × 4)"),
+        8, 400, 48_000, f"{TEST}; {CPU} (100 steps × 4)",
+        gpu=1792, gpu_why="gpu: every offline lead that gives K = 8 chunks of 16 words (1,952 qualify; one target "
+        "each)"),
     Row("data.num_heldout", "not in the papers (tuning, the Training table)", 4, 100, 1000, TEST),
     Row("data.num_probe", "DREAM App. B: 5,000", 4, 128, 5000, f"{TEST}; {CPU}", methods="dream"),
     Row("data.num_candidates", "DREAM §4.1, §6 (Fig. 6): 16; Revela §4.1: batches of 16", 4, 8, 16,
         f"{TEST}; {CPU} (the judge reads every candidate)"),
     Row("data.candidate_sets", "DREAM §4.1: one document split into 16 chunks", "one-document", "mixed",
-        "one-document", f"mini: {KEPT}"),
+        "one-document", f"mini: {KEPT}",
+        gpu="one-document"),
     Row("data.chunk_max_words", "DREAM: not specified; Revela §4.1, App. B.2: 120", 16, 48, 100,
-        f"{TEST}; mini: lead paragraphs are short; paper: the corpus's 100-word passages"),
-    Row("data.chunk_min_words", "not specified", 3, 8, 8, TEST),
+        f"{TEST}; mini: lead paragraphs are short; paper: the corpus's 100-word passages",
+        gpu=16, gpu_why='gpu: 16-word chunks, so that a Wikipedia lead gives K = 8 of them'),
+    Row("data.chunk_min_words", "not specified", 3, 8, 8, TEST,
+        gpu=4, gpu_why='gpu: with 16-word chunks'),
     Row("data.query_source", "DREAM §4.1, App. A: generated from the target", "crop", "generate", "generate",
         f"{TEST} (no generator)"),
     Row("data.query_generator", "DREAM §4.1: Qwen3-14B", "tiny-llama", "gemma3-270m", "Qwen/Qwen3-14B",
         f"{TEST}; mini: the only other offline LLM (the generator is not the judge)"),
     Row("data.query_max_new_tokens", "not specified", 48, 48, 48),
     Row("data.query_batch_size", "not specified", 1, 1, 64,
-        "smoke, mini: each query independent of its batch; paper: GPU throughput (not batch-invariant)"),
+        "smoke, mini: each query independent of its batch; paper: GPU throughput (not batch-invariant)",
+        gpu=32, gpu_why='gpu: generation batched on the GPU (recorded in the data manifest)'),
     Row("data.query_precision", "not specified", "fp32", "fp32", "auto",
-        "smoke, mini: fp32 is the faster on CPU; paper: bf16 on the GPU"),
+        "smoke, mini: fp32 is the faster on CPU; paper: bf16 on the GPU",
+        gpu="auto", gpu_why='gpu: bf16 where the device supports it'),
     Row("data.eval_articles", "not in the papers (this suite's wiki-desc2lead set)", 24, 600, 600, TEST,
         methods="all"),
     Row("data.eval_queries", "not in the papers (this suite's wiki-desc2lead set)", 12, 300, 300, TEST,
@@ -117,32 +128,39 @@ MODEL = (
     Row("model.precision", "DREAM: not specified; Revela §4.1: bf16 mixed precision", "fp32", "auto", "auto",
         f"{TEST} (exact); auto: bf16 where supported"),
     Row("model.encode_batch_size", "not specified", 8, 16, 128, "throughput per machine",
-        engineering=True),
+        engineering=True,
+        gpu=128),
 )  # fmt: skip
 
 TRAIN = (
     Row("train.steps", "DREAM §4.1: 1,500; Revela §4.1: 10,000; REPLUG (Revela App. B.3): 4,500",
         4, 100, 1500,
-        f"{TEST}; {CPU} (1/120 of DREAM's samples); paper: DREAM's budget for every method"),
+        f"{TEST}; {CPU} (1/120 of DREAM's samples); paper: DREAM's budget for every method",
+        gpu=300, gpu_why="gpu: 300 × 32 is 20% of DREAM's 1500 × 32, to fit the main table in about one GPU-hour"),
     Row("train.batch_size", "DREAM §4.1: 1; Revela §4.1: batches of 16 chunks", 1, 1, 1,
-        code="Revela: 1 batch of 16 per GPU"),
+        code="Revela: 1 batch of 16 per GPU",
+        gpu=8),
     Row("train.grad_accum", "DREAM §4.1: 32; Revela §4.1: 8 (on 4 GPUs)", 2, 4, 32,
         f"{TEST}; {CPU}; paper: DREAM's for every method"),
     Row("train.lr", "DREAM §4.1, Revela §4.1: 1e-4; REPLUG (Revela App. B.3): 5e-4", 1e-4,
         Varies(1e-3, {"revela": 3e-4}), 1e-4,
-        f"{TUNED} (at 1e-4 DREAM does not learn in 100 steps); paper: DREAM's for every method"),
+        f"{TUNED} (at 1e-4 DREAM does not learn in 100 steps); paper: DREAM's for every method",
+        gpu=1e-4),
     Row("train.weight_decay", "not specified", 0.0, 0.0, 0.0),
     Row("train.warmup_steps", "DREAM: not specified; Revela §4.1: 100", 1, 10, 50,
-        f"{TEST}; mini, paper: DREAM gives none (1/10 and 1/30 of the steps)"),
+        f"{TEST}; mini, paper: DREAM gives none (1/10 and 1/30 of the steps)",
+        gpu=30, gpu_why='gpu: 10% of its 300 steps'),
     Row("train.schedule", "DREAM: not specified; Revela §4.1: WarmupDecayLR", "linear", "linear", "linear",
         "linear: warmup, then linear decay to 0"),
     Row("train.max_grad_norm", "not specified", 1.0, 1.0, 1.0),
     Row("train.precision", "DREAM: not specified; Revela §4.1: bf16 mixed precision", "fp32", "auto", "auto",
         f"{TEST} (exact); auto: bf16 where supported"),
     Row("train.score_precision", "not specified (SPEC: scores in fp32)", "fp32", "autocast", "fp32",
-        f"mini: {KEPT}"),
+        f"mini: {KEPT}",
+        gpu="fp32"),
     Row("train.checkpoint_every", "not specified", 2, 25, 100, "how much a resumed run repeats",
-        engineering=True),
+        engineering=True,
+        gpu=50),
     Row("train.log_every", "not specified", 1, 1, 1, engineering=True),
     Row("train.seed", "not specified", 0, 0, 0, "mini, paper: the main table also runs seeds 1 and 2"),
 )  # fmt: skip
@@ -153,9 +171,11 @@ EVAL = (
     Row("eval.split", "not specified", "test", "test", "test"),
     Row("eval.max_query_tokens", "Revela §4.1: 2,048 at inference; DREAM: not specified", 128, 0, 2048,
         f"{TEST}; mini: 0 (= model.max_query_tokens, 64), {KEPT}: it cuts every ArguAna query",
-        methods="dense"),
+        methods="dense",
+        gpu=2048),
     Row("eval.max_passage_tokens", "Revela §4.1: 2,048 at inference; DREAM: not specified", 128, 0, 2048,
-        f"{TEST}; mini: 0 (= model.max_passage_tokens, 256), {KEPT}", methods="dense"),
+        f"{TEST}; mini: 0 (= model.max_passage_tokens, 256), {KEPT}", methods="dense",
+        gpu=2048),
     Row("eval.depth", "DREAM §4.1: NDCG@10 (needs 10)", 100, 100, 100, "100 for recall@100 too",
         engineering=True),
     Row("eval.search_backend", "not specified", "torch", "auto", "auto", "exact inner product either way",
@@ -230,7 +250,8 @@ REPLUG = (
         "llama-3.1-8b-instruct",
         f"{TEST}; {OFFLINE} (the backbone); paper: DREAM's judge, one frozen judge for both"),
     Row("methods.replug.eta", "Revela App. B.3: η_m 1e-3 (REPLUG §4: β)", 1e-3, 1e-3, 1e-3),
-    Row("methods.replug.tau", "Revela App. B.3: τ_r 1e-3 (REPLUG §4: γ)", 1e-3, 1e-2, 1e-3, TUNED),
+    Row("methods.replug.tau", "Revela App. B.3: τ_r 1e-3 (REPLUG §4: γ)", 1e-3, 1e-2, 1e-3, TUNED,
+        gpu=1e-3),
     Row("methods.replug.likelihood", "Revela App. B.3: −log g(D_i | D_j), a sum", "mean", "mean", "mean",
         "the mean over target tokens (Atlas): η acts alike for targets of any length"),
     Row("methods.replug.layout", "Revela App. B.3: g(D_i | D_j), one chunk given another", "natural",
@@ -249,15 +270,20 @@ REVELA = (
     Row("methods.revela.v_norm_eps", "Revela App. B.5: 1e-6", 1e-6, 1e-6, 1e-6),
     Row("methods.revela.query_half", "Revela App. B.5: the chunk's first half", True, True, True,
         code="the first ⌊n/2⌋ tokens, prefix counted"),
-    Row("methods.revela.lm_lora_r", "Revela §4.1: 256", 8, 32, 256, f"{TEST}; mini: {KEPT}"),
+    Row("methods.revela.lm_lora_r", "Revela §4.1: 256", 8, 32, 256, f"{TEST}; mini: {KEPT}",
+        gpu=256),
     Row("methods.revela.lm_lora_alpha", "not specified", 16, 64, 64, TEST, code="64"),
-    Row("methods.revela.lm_lora_dropout", "not specified", 0.1, 0.0, 0.1, f"mini: {KEPT}", code="0.1"),
+    Row("methods.revela.lm_lora_dropout", "not specified", 0.1, 0.0, 0.1, f"mini: {KEPT}", code="0.1",
+        gpu=0.1),
     Row("methods.revela.lm_lora_targets", "not specified", ALL_LINEAR, QKVO, ALL_LINEAR, f"mini: {KEPT}",
-        code="q/k/v/o, gate/up/down"),
+        code="q/k/v/o, gate/up/down",
+        gpu=ALL_LINEAR),
     Row("methods.revela.max_chunk_tokens", "Revela §4.1: 160", 64, 128, 160, f"{TEST}; mini: {KEPT}",
-        code="157 (passage_max_len)"),
+        code="157 (passage_max_len)",
+        gpu=160),
     Row("methods.revela.batches", "Revela §4.1, App. B.2: chunks end to end, cut into batches", "stream",
-        "candidate-sets", "stream", f"mini: {KEPT}"),
+        "candidate-sets", "stream", f"mini: {KEPT}",
+        gpu="stream"),
     Row("methods.revela.batch_chunks", "Revela §4.1: 16", 8, 16, 16, TEST),
 )  # fmt: skip
 
@@ -267,8 +293,10 @@ DREAM = (
     Row("methods.dream.num_heads", "DREAM §4.1, App. B, Fig. 3: 16", 4, 16, 16, TEST),
     Row("methods.dream.head_selection", "DREAM §3.2: the QRHead ranking", "qrhead", "qrhead", "qrhead"),
     Row("methods.dream.head_seed", "not specified (Fig. 2's random heads)", 0, 0, 0),
-    Row("methods.dream.gate_init", "not specified (§3.3: g = σ(γ), learnable)", 0.0, 2.0, 0.0, TUNED),
-    Row("methods.dream.tau_init", "not specified (§3.1: τ learnable)", 0.05, 0.1, 0.05, TUNED),
+    Row("methods.dream.gate_init", "not specified (§3.3: g = σ(γ), learnable)", 0.0, 2.0, 0.0, TUNED,
+        gpu=0.0),
+    Row("methods.dream.tau_init", "not specified (§3.1: τ learnable)", 0.05, 0.1, 0.05, TUNED,
+        gpu=0.05),
     Row("methods.dream.scalar_lr", "not specified", 1e-2, 1e-2, 1e-2,
         "τ and γ need their own rate to move (an AdamW step is ≈ lr)"),
     Row("methods.dream.layout", "DREAM §3.3, Eq. 6: PASSAGES, QUESTION, TARGET PASSAGE", "natural",
@@ -279,6 +307,8 @@ DREAM = (
         engineering=True),
     Row("methods.dream.prefix_store_gb", "not specified", 8.0, 8.0, 0.0,
         "paper: ~290 MB per Llama-3.1-8B prefix", engineering=True),
+    Row("methods.dream.compile_kernel", "not specified", False, False, False,
+        "torch.compile of the injected rows: off until a GPU run measures it", engineering=True),
     Row("methods.dream.judge_lora_r", "not specified (Fig. 5)", 16, 16, 16),
     Row("methods.dream.judge_lora_alpha", "not specified (Fig. 5)", 32, 32, 32),
     Row("methods.dream.max_doc_tokens", "not specified", 128, 128, 128),

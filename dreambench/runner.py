@@ -18,6 +18,7 @@ from .evaluation.metrics import MAIN_METRIC, MEASURES, drop_identical_ids, evalu
 from .method import METHODS, LexicalMethod, Method, checkpoint_state
 from .models.backbones import BACKBONES
 from .plan import Job, dataset_signature, resource_estimate
+from .projection import Calibration, eval_seconds, hours, train_seconds
 from .results import ResultKey, cached_result, write_result
 from .tasks import DatasetUnavailable, load_task, locate, task_spec
 from .training.trainer import TrainingDiverged, readable_torch_file
@@ -235,10 +236,13 @@ class Runner:
                 load_training_data(job.config, self.workspace)
         return built
 
-    def describe(self, jobs: list[Job]) -> list[str]:
+    def describe(self, jobs: list[Job], calibrations: Sequence[Calibration] = ()) -> list[str]:
         """What would run (``--dry-run``): one line per job and dataset, with cache status, and what a
-        trained job needs (accelerator memory estimate, models to download)."""
+        trained job needs (accelerator memory estimate, models to download); with calibrations, each job's
+        projected wall time on each calibrated machine and the plan's total (:mod:`dreambench.projection`)."""
         lines = []
+        totals = [0.0] * len(calibrations)
+        main = [0.0] * len(calibrations)  # the main table's jobs
         for job in jobs:
             method = METHODS.get(job.experiment.method)(job.config, self.workspace, job.experiment.name)
             outcomes, pending = self._pending(job, method)
@@ -256,6 +260,21 @@ class Runner:
                 )
             for name, key, _ in pending:
                 lines.append(f"  {name:<24} would run -> {key.json_path(self.workspace.results_dir)}")
+            trains = method.trainable and bool(pending) and not checkpoint_state(method.checkpoint_dir()).startswith(
+                "trained")
+            for i, calibration in enumerate(calibrations):
+                seconds, note = train_seconds(method, calibration) if trains else (0.0, "")
+                evals = [eval_seconds(method, name, calibration, self.workspace.data_dir) for name, _, _ in pending]
+                known = sum(e for e in evals if e is not None)
+                totals[i] += seconds + known
+                main[i] += (seconds + known) * (job.experiment.group == "main")
+                unsized = sum(e is None for e in evals)
+                extra = f" + {unsized} set(s) of unknown size" if unsized else ""
+                lines.append(f"  projected on {calibration.machine}: train {hours(seconds)}, evaluate "
+                             f"{hours(known)}{extra}{f' ({note})' if note else ''}")  # fmt: skip
+        for total, in_main, calibration in zip(totals, main, calibrations, strict=True):
+            lines.append(f"projected on {calibration.describe()}: main table {hours(in_main)}, "
+                         f"whole plan {hours(total)}")  # fmt: skip
         return lines
 
     def run(self, jobs: list[Job]) -> list[Outcome]:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from dreambench.attention import InjectionPlan
-from dreambench.config import NOT_A_DEPENDENCY
+from dreambench.config import NOT_A_DEPENDENCY, added_option
 from dreambench.data.loader import CandidateBatch
 from dreambench.method import TrainedDenseMethod, register_method
 from dreambench.models.backbones import BACKBONES, autocast_dtype, store_frozen_linears
@@ -53,6 +53,9 @@ class DreamParams:
     # this many GiB, so that the seeds, tuning points and head ablations compute each prefix once; 0 = no store.
     # Reads are bit-identical to computing, so it changes no number (not part of a result's fingerprint).
     prefix_store_gb: float = field(default=8.0, metadata=NOT_A_DEPENDENCY)
+    # the injected rows through torch.compile (dreambench.attention.injection): fewer, fused launches on a GPU, the
+    # same values up to float rounding (tests/test_attention.py); off by default until a GPU run measures it
+    compile_kernel: bool = field(default=False, metadata=added_option(False))
     judge_lora_r: int = 16
     judge_lora_alpha: int = 32
     max_doc_tokens: int = 128  # per candidate inside the judge input
@@ -198,7 +201,7 @@ class Dream(TrainedDenseMethod):
         with self.score_arithmetic():
             weights = torch.softmax(scores / self.tau, dim=-1)  # Eq. 3 p(d_j | q)
         inputs = self.judge_inputs(batch)
-        plan = InjectionPlan(inputs.spans, weights, self.gate, self.heads_by_layer)
+        plan = InjectionPlan(inputs.spans, weights, self.gate, self.heads_by_layer, p.compile_kernel)
         loss = self.judge.target_loss(inputs, plan, p.prefix_cache and not p.judge_lora, self.prefix_store)  # Eq. 10
         target = torch.tensor(batch.target_index, device=weights.device)
         with torch.no_grad():

@@ -1,6 +1,7 @@
 """The score-injection kernel equals the plain Eq. 7–9 reference (values and gradients), and stock attention
 when g = 0 or no head is selected; the attention probe equals QRHead's Eq. 4 on the full matrix."""
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -187,9 +188,30 @@ def test_gradients_reach_scores_only_from_the_lowest_selected_layer_up(tiny_judg
     assert all(p.grad is None for p in tiny_judge.parameters())  # the frozen judge never receives gradients
 
 
+def test_compiled_kernel_equals_reference_values_and_gradients(monkeypatch, use_mask=True):
+    """The ``torch.compile`` path (``InjectionPlan.compiled``), captured by dynamo and differentiated by AOT
+    autograd; on the CPU without code generation (``aot_eager``), on a GPU with inductor (the GPU test)."""
+    from dreambench.attention import injection
+
+    monkeypatch.setattr(injection, "COMPILE_BACKEND", "aot_eager")
+    mask = padding_mask() if use_mask else None
+    q, k, v, logits, gamma = make_inputs()
+    plan = dataclasses.replace(plan_for(logits, gamma), compiled=True)
+    fast = kernel(q, k, v, mask, plan)
+    q2, k2, v2, logits2, gamma2 = (t.detach().clone().requires_grad_() for t in (q, k, v, logits, gamma))
+    ref = reference_attention(q2, k2, v2, mask, D**-0.5, plan_for(logits2, gamma2), layer=0)
+    assert torch.allclose(fast, ref, rtol=0, atol=1e-12)
+    upstream = torch.randn_like(fast)
+    (fast * upstream).sum().backward()
+    (ref * upstream).sum().backward()
+    for a, b in [(q, q2), (k, k2), (v, v2), (logits, logits2), (gamma, gamma2)]:
+        assert a.grad is not None and torch.allclose(a.grad, b.grad, rtol=0, atol=1e-10)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_kernel_equals_reference_on_gpu():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_kernel_equals_reference_on_gpu(compiled):
     mask = padding_mask().cuda()
     q, k, v, logits, gamma = (t.detach().float().cuda().requires_grad_() for t in make_inputs())
     spans = SpanIndex.from_spans(DOC_SPANS, QUERY_SPANS, device="cuda")
@@ -198,6 +220,7 @@ def test_kernel_equals_reference_on_gpu():
         logits.softmax(-1),
         torch.sigmoid(gamma),
         InjectionPlan.heads_by_layer([(0, 1), (0, 4)], "cuda"),
+        compiled,
     )
     fast = kernel(q, k, v, mask, plan)
     ref = reference_attention(q, k, v, mask, D**-0.5, plan, layer=0)

@@ -86,6 +86,7 @@ class InjectionPlan:
     doc_weights: torch.Tensor  # (B, K) p(d_j | q), rows sum to 1; carries the retriever's gradient
     gate: torch.Tensor  # () g = σ(γ) in [0, 1]
     heads: dict[int, torch.Tensor]  # layer → (m,) selected head indices (zero-based)
+    compiled: bool = False  # the injected rows through torch.compile (fewer, fused launches on a GPU)
 
     def from_position(self, start: int) -> InjectionPlan:
         """The same plan for a pass over positions ``start…`` only, reading positions ``< start`` from a KV
@@ -100,6 +101,7 @@ class InjectionPlan:
             self.doc_weights,
             self.gate,
             self.heads,
+            self.compiled,
         )
 
     @staticmethod
@@ -179,10 +181,12 @@ def injected_rows(
     batch, num_docs, doc_len = spans.doc_index.shape
     n_rep = query.shape[1] // key.shape[1]
     kv_heads = heads // n_rep  # query head h reads KV head h // n_rep
-    q = _gather_rows(query[:, heads], spans.query_index)  # (B, m, Q, D)
+    # one indexing op each, touching only the selected heads' query rows and document positions
+    rows = torch.arange(batch, device=query.device)[:, None, None]
+    q = query[rows, heads[None, :, None], spans.query_index[:, None, :]]  # (B, m, Q, D)
     flat_docs = spans.doc_index.reshape(batch, num_docs * doc_len)  # (B, K·L)
-    k_docs = _gather_rows(key[:, kv_heads], flat_docs).unflatten(2, (num_docs, doc_len))  # (B, m, K, L, D)
-    v_docs = _gather_rows(value[:, kv_heads], flat_docs).unflatten(2, (num_docs, doc_len))  # (B, m, K, L, D)
+    k_docs = key[rows, kv_heads[None, :, None], flat_docs[:, None, :]].unflatten(2, (num_docs, doc_len))
+    v_docs = value[rows, kv_heads[None, :, None], flat_docs[:, None, :]].unflatten(2, (num_docs, doc_len))
 
     logits = torch.einsum("bmqd,bmkld->bmqkl", q, k_docs) * scaling  # (B, m, Q, K, L)
     allowed = spans.doc_mask[:, None, None]  # (B, 1, 1, K, L)
@@ -200,6 +204,19 @@ def injected_rows(
     return (1 - gate) * stock_rows + gate * retrieved  # Eq. 9
 
 
+COMPILE_BACKEND = "inductor"  # torch.compile's backend for ``InjectionPlan.compiled`` (tests use aot_eager)
+_compiled_rows: dict[str, object] = {}
+
+
+def compiled_injected_rows():
+    """:func:`injected_rows` through ``torch.compile`` (dynamic shapes: K, L and Q vary by batch), built once per
+    backend. Its elementwise steps (masking, softmax, gating) fuse into a few kernels, which is what a small
+    model on a GPU pays for: launches, not arithmetic."""
+    if COMPILE_BACKEND not in _compiled_rows:
+        _compiled_rows[COMPILE_BACKEND] = torch.compile(injected_rows, dynamic=True, backend=COMPILE_BACKEND)
+    return _compiled_rows[COMPILE_BACKEND]
+
+
 def apply_injection(
     attn_output: torch.Tensor,  # (B, T, H, D) stock output, as transformers' attention functions return it
     query: torch.Tensor,
@@ -211,21 +228,23 @@ def apply_injection(
     plan: InjectionPlan,
 ) -> torch.Tensor:
     spans = plan.spans
-    rows = spans.query_index  # (B, Q)
-    stock = attn_output[:, :, heads].transpose(1, 2)  # (B, m, T, D)
-    stock_rows = _gather_rows(stock, rows)  # (B, m, Q, D)
-    new_rows = injected_rows(query, key, value, stock_rows, attention_mask, scaling, heads, plan)
-    # write the new rows back without a host sync (no nonzero): padded query slots go to a spare row T
-    batch, length, _, dim = attn_output.shape
-    m = heads.shape[0]
-    target = torch.where(spans.query_mask, rows, length)  # (B, Q)
-    selected = torch.cat([stock.transpose(1, 2), stock.new_zeros(batch, 1, m, dim)], dim=1)  # (B, T + 1, m, D)
-    selected = selected.scatter(
-        1, target[:, :, None, None].expand(-1, -1, m, dim), new_rows.transpose(1, 2).to(selected.dtype)
+    # the selected heads' query rows, addressed by (batch, position, head) index tensors: reading and writing them
+    # touches B·Q·m·D values, never a (B, T, m, D) slice, and needs no host sync (no nonzero)
+    index = (
+        torch.arange(attn_output.shape[0], device=attn_output.device)[:, None, None],
+        spans.query_index[:, :, None],
+        heads[None, None, :],
     )
-    output = attn_output.clone()
-    output[:, :, heads] = selected[:, :length]
-    return output
+    stock_rows = attn_output[index]  # (B, Q, m, D)
+    rows_fn = compiled_injected_rows() if plan.compiled else injected_rows
+    new_rows = rows_fn(query, key, value, stock_rows.transpose(1, 2), attention_mask, scaling, heads, plan)
+    # assigned (the rows become exactly the new values): a padded query slot repeats the row's first query row with
+    # that row's value, detached, so a repeated index writes the same bits and passes no second gradient
+    new_rows = new_rows.transpose(1, 2).to(attn_output.dtype)  # (B, Q, m, D)
+    valid = spans.query_mask[:, :, None]
+    index = (index[0], torch.where(valid, index[1], index[1][:, :1]), index[2])
+    values = torch.where(valid[..., None], new_rows, new_rows[:, :1].detach())
+    return attn_output.index_put(index, values)
 
 
 def query_attention_mass(

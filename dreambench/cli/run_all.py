@@ -23,7 +23,8 @@ from ..config import ConfigError, apply_overrides, load_config_file, parse_cli_o
 from ..data.training import load_training_data
 from ..method import METHODS, add_method_path
 from ..plan import plan_jobs
-from ..profiles import DEFAULT_PROFILE, PROFILES, with_experiments
+from ..profiles import PROFILES, default_profile, with_experiments
+from ..projection import cached_path, calibrate, for_machine, machine_key, reference, save
 from ..registry import UnknownNameError
 from ..runner import Runner
 from ..study import STUDIES
@@ -33,6 +34,8 @@ from ..tuning import tune as search
 from ..workspace import Workspace
 from .reporting import check, render_report
 from .stages import run_stages
+
+log = logging.getLogger(__name__)
 
 
 def _split(values: list[str] | None, option: str) -> list[str] | None:
@@ -65,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--list", action="store_true", help="list methods, datasets, profiles and exit")
-    parser.add_argument("--profile", default=None, help="smoke | mini (default) | paper")
+    parser.add_argument(
+        "--profile", default=None, help="smoke | mini (default) | gpu (default where a CUDA device is present) | paper"
+    )
     parser.add_argument(
         "--methods", action="append", help="comma-separated method names (default: the profile's)"
     )
@@ -122,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--build-data",
         action="store_true",
         help="build the profile's training data and built evaluation sets, then exit",
+    )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure this machine's training and encoding throughput at the profile's shapes (a few steps of each "
+        "trained method; minutes), cached per machine: --dry-run projects wall times from it",
     )
     parser.add_argument(
         "--tune",
@@ -227,6 +238,14 @@ def study_stages(jobs, workspace) -> list:
             for _, study in STUDIES.items() if study.stage_name]  # fmt: skip
 
 
+def dry_run_calibrations(workspace: Workspace) -> list:
+    """This machine's calibration (cached, else committed) and the reference GPU's (committed), for --dry-run."""
+    own, gpu = for_machine(workspace), reference()
+    if own is None:
+        print(f"no calibration for this machine ({machine_key()}): `python run_all.py --calibrate` measures one")
+    return [c for c in (own, gpu) if c is not None and (c is own or c.key != own.key)]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -242,7 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for folder in args.methods_path:
             add_method_path(Path(folder))
-        profile = PROFILES.get(args.profile or DEFAULT_PROFILE)
+        profile = PROFILES.get(args.profile or default_profile())
+        if not args.profile and not args.list:
+            log.info("profile %s (the default %s; --profile names another)", profile.name,
+                     "where a CUDA device is present" if profile.name == "gpu" else "without a CUDA device")  # fmt: skip
         if args.list:
             print("methods:")
             for name, cls in METHODS.items():
@@ -309,10 +331,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.tune:
         return tune(profile, config, tuning, workspace)
+    if args.calibrate:
+        trained = list(dict.fromkeys(j.experiment.method for j in jobs if METHODS.get(j.experiment.method).trainable))
+        path = save(calibrate(config, trained, workspace), cached_path(workspace))
+        print(f"calibration of {machine_key()} at the {config.profile} profile's shapes: {path}")
+        return 0
     if args.dry_run:
         print(f"profile {config.profile}; data {workspace.data_dir}; cache {workspace.cache_dir}; "
               f"results {workspace.results_dir}")  # fmt: skip
-        print("\n".join(runner.describe(jobs)))
+        print("\n".join(runner.describe(jobs, dry_run_calibrations(workspace))))
         return 0
     start = time.perf_counter()
     # DREAM's signal check is a diagnostic for the report (minutes per head set): after the main table

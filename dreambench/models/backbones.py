@@ -66,6 +66,9 @@ for _spec in (
                  attention=(32, 32), instruct=True, params_b=8.03, hidden=4096),
     BackboneSpec("tiny-llama", description="random 4-layer Llama (GQA 4/2 heads) from a config: tests",
                  attention=(4, 4), instruct=True),
+    BackboneSpec("smollm2-135m-shape", description="random weights in SmolLM2-135M's architecture, byte tokenizer: "
+                 "throughput checks where the weights are absent (the GPU check)", attention=(30, 9), instruct=True,
+                 params_b=0.135, hidden=576),
 ):  # fmt: skip
     BACKBONES.add(_spec.alias, _spec)
 
@@ -162,13 +165,22 @@ def tiny_tokenizer():
     return tokenizer
 
 
-def tiny_llama_config(vocab_size: int):
+# random-weight Llamas built from a config, with the byte tokenizer: "tiny-llama" for tests, and SmolLM2-135M's
+# architecture (its config's sizes; vocabulary kept at 49,152 so the LM head costs what it costs) for throughput
+RANDOM_SHAPES: dict[str, dict[str, Any]] = {
+    "tiny-llama": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                       num_key_value_heads=2, max_position_embeddings=2048),
+    "smollm2-135m-shape": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                               num_key_value_heads=3, max_position_embeddings=8192, rope_theta=100000.0,
+                               vocab_size=49152),
+}  # fmt: skip
+
+
+def tiny_llama_config(vocab_size: int, name: str = "tiny-llama"):
     from transformers import LlamaConfig
 
-    return LlamaConfig(
-        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
-    )  # fmt: skip
+    sizes = {"vocab_size": vocab_size, **RANDOM_SHAPES[name]}
+    return LlamaConfig(tie_word_embeddings=True, **sizes)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -268,18 +280,18 @@ def _dequantise(gguf: Path, target: Path) -> None:
 
 
 @functools.lru_cache(maxsize=4)
-def _tiny_state(seed: int) -> tuple[Any, dict[str, torch.Tensor]]:
+def _tiny_state(seed: int, name: str = "tiny-llama") -> tuple[Any, dict[str, torch.Tensor]]:
     from transformers import LlamaForCausalLM
 
     tokenizer = tiny_tokenizer()
     with torch.random.fork_rng():  # its own seed, and the caller's RNG stream is left untouched
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(tiny_llama_config(len(tokenizer)))
+        model = LlamaForCausalLM(tiny_llama_config(len(tokenizer), name))
     return tokenizer, {k: v.clone() for k, v in model.state_dict().items()}
 
 
 def load_tokenizer(name: str, workspace: Workspace):
-    if name == "tiny-llama":
+    if name in RANDOM_SHAPES:
         return tiny_tokenizer()
     from transformers import AutoTokenizer
 
@@ -313,9 +325,9 @@ def load_model(name: str, workspace: Workspace, causal_lm: bool = True, seed: in
     """Load ``name`` in fp32 (autocast handles bf16): the causal LM (judges) or its bare decoder (retrievers)."""
     from transformers import AutoModel, AutoModelForCausalLM, LlamaForCausalLM
 
-    if name == "tiny-llama":
-        tokenizer, state = _tiny_state(seed)
-        model = LlamaForCausalLM(tiny_llama_config(len(tokenizer)))
+    if name in RANDOM_SHAPES:
+        tokenizer, state = _tiny_state(seed, name)
+        model = LlamaForCausalLM(tiny_llama_config(len(tokenizer), name))
         model.load_state_dict(state)
         return model if causal_lm else model.model
     cls = AutoModelForCausalLM if causal_lm else AutoModel

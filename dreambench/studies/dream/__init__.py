@@ -37,12 +37,14 @@ class DreamStudy(Study):
         tuned: Mapping[str, Mapping[str, Any]],
         datasets: tuple[str, ...] = (),
         head_selection_seeds: tuple[int, ...] = (),
+        candidate_counts: tuple[int, ...] = (4, 8, 16),
     ) -> tuple[Experiment, ...]:
         """Every ablation on ``datasets`` (empty: the profile's sets); the random-heads ablation (Fig. 2) at
         ``head_selection_seeds``, the others at the config's seed."""
         heads = method_params(METHODS.get("dream").Params, config, "dream").num_heads
         return dream_ablations(
-            heads, config.data.num_candidates, datasets, tuned.get("dream", {}), head_selection_seeds
+            heads, config.data.num_candidates, datasets, tuned.get("dream", {}), head_selection_seeds,
+            candidate_counts,
         )
 
     def run_stage(self, jobs: Sequence[Job], workspace: Workspace) -> int:

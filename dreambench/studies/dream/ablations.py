@@ -11,14 +11,15 @@ from ...profiles import Experiment
 
 def dream_ablations(
     default_heads: int, default_k: int, datasets: tuple[str, ...], tuned: Mapping[str, Any],
-    head_selection_seeds: tuple[int, ...] = (),
+    head_selection_seeds: tuple[int, ...] = (), candidate_counts: tuple[int, ...] = (4, 8, 16),
 ) -> tuple[Experiment, ...]:  # fmt: skip
     """DREAM §5–6: head count (Fig. 3), random heads (Fig. 2), candidate count (Fig. 6), judge LoRA (Fig. 5).
 
     Each is a named delta of the profile's config; the default configuration is the reference row of every
     ablation table, at the seeds the ablation ran (an experiment whose delta changes nothing reuses the
     default's trained weights). ``head_selection_seeds``: the training seeds of the Fig. 2 ablation (random
-    heads), the others run one.
+    heads), the others run one. ``candidate_counts``: Fig. 6's K values (a source's documents must give K
+    chunks each).
     """
     only = {"eval.datasets": datasets} if datasets else {}
     experiments = [
@@ -36,7 +37,7 @@ def dream_ablations(
     experiments += [
         Experiment("dream", f"candidates-{k}", {**only, "data.num_candidates": k}, "ablation-candidates",
                    f"K = {k} candidates per instance")
-        for k in (4, 8, 16) if k != default_k
+        for k in candidate_counts if k != default_k
     ]  # fmt: skip
     experiments.append(
         Experiment("dream", "inject-suffix", {**only, "methods.dream.injected_rows": "suffix"}, "variant-injected-rows",
