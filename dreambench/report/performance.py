@@ -183,8 +183,43 @@ def render_performance(json_path: Path, out: Path) -> Path:
             lines += ["![time vs length](performance_sweep.png)", ""]
     if cuda_json.is_file():
         lines += _gpu_performance(cuda_json, out)
+    lines += gpu_check_section(json_path.with_name("gpu-check.json"))
     out.write_text("\n".join(lines) + "\n")
     return out
+
+
+GPU_CHECK_TARGETS = {"kernel": 1.5, "main_table_h": 1.0, "whole_plan_h": 3.0}  # issue targets for the gpu profile
+
+
+def gpu_check_section(path: Path) -> list[str]:
+    """The GPU check's measurements (``benchmarks/gpu_check.py`` on a CUDA machine writes ``gpu-check.json``)."""
+    if not path.is_file():
+        return ["## GPU check", "", "Not run on a GPU yet: `python benchmarks/gpu_check.py` on a CUDA machine (about "
+                "5 minutes) measures the `gpu` profile's steps and writes them here.", ""]  # fmt: skip
+    record = json.loads(path.read_text())
+    if record.get("mode") != "cuda":
+        return []
+    machine, kernel, projection = record["machine"], record["kernel"], record["projection"]
+    calibration = record["calibration"]
+    lines = ["## GPU check", "",
+             f"`python benchmarks/gpu_check.py` on {machine.get('cuda_device', 'a CUDA device')} (torch "
+             f"{record.get('torch', '?')}): GPU tests {record.get('tests', {}).get('summary', 'not run')}.", "",
+             "| measure | value | target |", "|---|---|---|",
+             f"| DREAM kernel / SDPA, forward + backward, batch {kernel['batch']} × {kernel['length']} tokens | "
+             f"{kernel['ratio']:.2f}× | at most {GPU_CHECK_TARGETS['kernel']}× |",
+             *([f"| the same, compiled (`methods.dream.compile_kernel`) | {kernel['compiled_ratio']:.2f}× | at most "
+                f"{GPU_CHECK_TARGETS['kernel']}× |"] if "compiled_ratio" in kernel else []),
+             f"| `gpu` profile, main table (projected) | {projection['main_table_h']:.2f} h | at most "
+             f"{GPU_CHECK_TARGETS['main_table_h']} h |",
+             f"| `gpu` profile, whole plan (projected) | {projection['whole_plan_h']:.2f} h | at most "
+             f"{GPU_CHECK_TARGETS['whole_plan_h']} h |",
+             f"| untrained retriever, {record['evaluation']['dataset']} NDCG@10 (random weights) | "
+             f"{record['evaluation']['ndcg_at_10']:.4f} in {record['evaluation']['seconds']:.0f} s | — |", "",
+             "| method | s / step | instances / step | tokens / step |", "|---|---|---|---|"]  # fmt: skip
+    for method, rate in sorted(calibration["train"].items()):
+        lines.append(f"| {method} | {rate['seconds_per_step']:.3f} | {rate['instances_per_step']:.0f} | "
+                     f"{rate['tokens_per_step']:.0f} |")  # fmt: skip
+    return lines + [""]
 
 
 GPU_KERNEL_TARGET = (4096, 3.0)  # at this length the fused kernel is at least this much faster than eager
