@@ -15,8 +15,8 @@ What it does, in order, and records in ``reports/gpu-check.json`` (rendered into
 4. one evaluation: the untrained retriever on a shipped nano set (the suite's evaluator);
 5. the ``gpu`` profile's projected wall time (main table, whole plan) from the calibration of step 2.
 
-It needs torch and transformers; the rest (peft, pytrec-eval-terrier, pandas, pytest, …) it imports only where
-used, and installs from ``--wheels DIR`` (never from the network) when missing.
+It needs torch and transformers; the rest (peft, pytrec-eval-terrier, pandas, beir, pytest and their dependencies:
+:data:`EXTRAS`) it installs from ``--wheels DIR`` (never from the network) when missing.
 """
 
 from __future__ import annotations
@@ -34,18 +34,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# what the check imports beyond torch and transformers (module → wheel), brought along by --prepare-wheels
-EXTRAS = {"peft": "peft", "pytrec_eval": "pytrec-eval-terrier", "pandas": "pandas", "tabulate": "tabulate",
-          "pytest": "pytest", "accelerate": "accelerate"}  # fmt: skip
+# what the check imports beyond torch and transformers (module → wheel), with their own dependencies: 14 wheels,
+# 16 MB (checked in a virtual environment holding only torch and transformers), brought along by --prepare-wheels
+EXTRAS = {"peft": "peft", "accelerate": "accelerate", "psutil": "psutil", "pytrec_eval": "pytrec-eval-terrier",
+          "pandas": "pandas", "dateutil": "python-dateutil", "six": "six", "tzdata": "tzdata", "tabulate": "tabulate",
+          "beir": "beir", "pytest": "pytest", "iniconfig": "iniconfig", "pluggy": "pluggy",
+          "pygments": "pygments"}  # fmt: skip
 
 
 def _missing() -> list[str]:
     return [wheel for module, wheel in EXTRAS.items() if importlib.util.find_spec(module) is None]
 
 
-def prepare_wheels(folder: Path) -> int:
+def prepare_wheels(folder: Path, python_version: str | None = None) -> int:
+    """Download the extras' wheels (no dependencies beyond :data:`EXTRAS`) for this Python or ``python_version``."""
     folder.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--dest", str(folder), *EXTRAS.values()]
+    target = ["--python-version", python_version, "--only-binary", ":all:"] if python_version else []
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", *target, "--dest", str(folder), *EXTRAS.values()]
     return subprocess.run(cmd, check=False).returncode
 
 
@@ -173,14 +178,15 @@ def projection(calibration) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cpu", action="store_true", help="tiny shapes on the CPU: the same code paths, seconds")
-    parser.add_argument("--out", type=Path, default=ROOT / "reports", help="where the results go (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=ROOT / "reports", help="results folder (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=3, help="timed optimiser steps a method (after one warm-up)")
     parser.add_argument("--wheels", type=Path, help="install missing extras from this folder (no network)")
     parser.add_argument("--prepare-wheels", type=Path, metavar="DIR", help="download the extras' wheels and exit")
+    parser.add_argument("--python-version", help="with --prepare-wheels: the GPU machine's Python, e.g. 3.12")
     parser.add_argument("--skip-tests", action="store_true", help="leave out step 1")
     args = parser.parse_args(argv)
     if args.prepare_wheels:
-        return prepare_wheels(args.prepare_wheels)
+        return prepare_wheels(args.prepare_wheels, args.python_version)
     if args.wheels:
         install_wheels(args.wheels)
     import torch

@@ -260,15 +260,16 @@ class Runner:
                 )
             for name, key, _ in pending:
                 lines.append(f"  {name:<24} would run -> {key.json_path(self.workspace.results_dir)}")
-            trains = method.trainable and bool(pending) and not checkpoint_state(method.checkpoint_dir()).startswith(
-                "trained")
+            absent = sum(o.status == "skipped" for o in outcomes)  # not on disk here: would run where it is
+            trains = method.trainable and bool(pending or absent)
+            trains = trains and not checkpoint_state(method.checkpoint_dir()).startswith("trained")
             for i, calibration in enumerate(calibrations):
                 seconds, note = train_seconds(method, calibration) if trains else (0.0, "")
                 evals = [eval_seconds(method, name, calibration, self.workspace.data_dir) for name, _, _ in pending]
                 known = sum(e for e in evals if e is not None)
                 totals[i] += seconds + known
                 main[i] += (seconds + known) * (job.experiment.group == "main")
-                unsized = sum(e is None for e in evals)
+                unsized = sum(e is None for e in evals) + absent
                 extra = f" + {unsized} set(s) of unknown size" if unsized else ""
                 lines.append(f"  projected on {calibration.machine}: train {hours(seconds)}, evaluate "
                              f"{hours(known)}{extra}{f' ({note})' if note else ''}")  # fmt: skip

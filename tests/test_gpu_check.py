@@ -36,7 +36,8 @@ def test_a_gpu_records_section_shows_each_measure_against_its_target(tmp_path):
         "kernel": {"batch": 8, "length": 324, "ratio": 1.31},
         "projection": {"main_table_h": 0.8, "whole_plan_h": 2.1},
         "evaluation": {"dataset": "nano-scifact", "ndcg_at_10": 0.0123, "seconds": 4.0},
-        "calibration": {"train": {"dream": {"seconds_per_step": 0.9, "instances_per_step": 32, "tokens_per_step": 9e4}}},
+        "calibration": {"train": {"dream": {"seconds_per_step": 0.9, "instances_per_step": 32,
+                                            "tokens_per_step": 9e4}}},
     }  # fmt: skip
     (tmp_path / "gpu-check.json").write_text(json.dumps(record))
     text = "\n".join(gpu_check_section(tmp_path / "gpu-check.json"))

@@ -263,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             add_method_path(Path(folder))
         profile = PROFILES.get(args.profile or default_profile())
         if not args.profile and not args.list:
-            log.info("profile %s (the default %s; --profile names another)", profile.name,
-                     "where a CUDA device is present" if profile.name == "gpu" else "without a CUDA device")  # fmt: skip
+            where = "where a CUDA device is present" if profile.name == "gpu" else "without a CUDA device"
+            log.info("profile %s (the default %s; --profile names another)", profile.name, where)
         if args.list:
             print("methods:")
             for name, cls in METHODS.items():

@@ -103,7 +103,10 @@ class CandidatePool:
         self.by_article: dict[str, list[int]] = {}
         for i, c in enumerate(chunks):
             self.by_article.setdefault(c.article, []).append(i)
-        self._stemmer = english_stemmer()
+
+    @functools.cached_property
+    def _stemmer(self):  # with the index: one-document candidate sets need neither
+        return english_stemmer()
 
     @functools.cached_property
     def _bm25(self):
@@ -321,12 +324,7 @@ def check_candidate_pools(config: RunConfig, workspace: Workspace) -> None:
             )
     if data.candidate_sets == "one-document":
         for name, articles, wanted, option in (
-            (
-                "training",
-                training_articles,
-                data.num_train + data.num_probe,
-                "data.num_train + data.num_probe",
-            ),
+            ("training", training_articles, data.num_train + data.num_probe, "data.num_train + data.num_probe"),
             ("held-out", heldout_articles, data.num_heldout, "data.num_heldout"),
         ):
             eligible = eligible_articles(articles, data)
