@@ -203,6 +203,9 @@ def mteb_encoder(
 
         encoder = mteb_encoder("dream", PROFILES.get("mini").config, Workspace.resolve())
         results = mteb.evaluate(encoder, tasks=mteb.get_tasks(tasks=["SciFact"]))
+
+    That is the profile's base config, without the values tuning chose for the method: for the model the main
+    table reports, use :func:`main_table_encoder`.
     """
     cls = METHODS.get(method)
     if not issubclass(cls, DenseMethod):
@@ -219,3 +222,24 @@ def mteb_encoder(
         instance,
         {"query": config.eval.max_query_tokens, "passage": config.eval.max_passage_tokens},
     )
+
+
+def main_table_encoder(
+    method: str, profile: str = "mini", seed: int | None = None, experiment: str = "default",
+    workspace: Workspace | None = None,
+) -> DreambenchEncoder:  # fmt: skip
+    """The model a profile's report shows for ``method`` (its experiment with the tuned values, at ``seed``;
+    default: the profile's config seed), resolved as ``run_all.py`` resolves it, so a checkpoint the main table
+    trained is loaded, not retrained::
+
+        encoder = main_table_encoder("dream", "mini", seed=0)
+        results = mteb.evaluate(encoder, tasks=mteb.get_tasks(tasks=["SciFact"]))
+    """
+    from .plan import SEED_MARK
+    from .profiles import PROFILES, resolve_run
+    from .workspace import Workspace
+
+    found, config = resolve_run(PROFILES.get(profile), method, experiment, seed)
+    base_seed = PROFILES.get(profile).config.train.seed
+    name = found.name if seed is None or seed == base_seed else f"{found.name}{SEED_MARK}{seed}"
+    return mteb_encoder(method, config, workspace or Workspace.resolve(), name)

@@ -328,5 +328,27 @@ PROFILES: Registry[Profile] = Registry("profile", loader=_build_profiles)
 DEFAULT_PROFILE = "mini"
 
 
+def resolve_run(
+    profile: Profile, method: str, experiment: str = "default", seed: int | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> tuple[Experiment, RunConfig]:  # fmt: skip
+    """The experiment and config a run of ``method`` has in ``profile``, resolved as the main table resolves it: the
+    profile's experiment with its tuned values, then the training seed, then ``overrides``. A method outside the
+    profile's experiments resolves as its default experiment would. Raises ValueError naming the option."""
+    known = [e.name for e in profile.experiments if e.method == method]
+    found = next((e for e in profile.experiments if e.method == method and e.name == experiment),
+                 None if known else Experiment(method))  # fmt: skip
+    if found is None or found.name != experiment:
+        raise ValueError(f"--experiment {experiment!r}: not an experiment of {method} in profile {profile.name!r} "
+                         f"(known: {', '.join(known) or 'default'})")  # fmt: skip
+    extra = dict(overrides or {})
+    if seed is not None:
+        if seed < 0:
+            raise ValueError(f"--seed expects a non-negative integer, got {seed}")
+        extra["train.seed"] = seed
+    config = apply_overrides(found.resolve(profile.config), extra, where="--set", check_method=METHODS.get)
+    return found, config
+
+
 def with_experiments(profile: Profile, experiments: tuple[Experiment, ...]) -> Profile:
     return replace(profile, experiments=experiments)

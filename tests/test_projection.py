@@ -178,3 +178,21 @@ def test_the_shape_only_smollm2_has_smollm2s_architecture():
 def test_calibration_json_is_plain_json(tmp_path):
     path = save(_calibration(), tmp_path / "c.json")
     assert json.loads(path.read_text())["source"] == "measured"
+
+
+def test_a_named_run_resolves_to_the_main_tables_config_at_each_seed():
+    """What the mteb example and the export command load is what the main table trained (tuned values, seed)."""
+    from dreambench.plan import plan_jobs
+    from dreambench.profiles import resolve_run
+
+    profile = PROFILES.get("mini")
+    jobs = {j.experiment.name: j.config for j in plan_jobs(profile, profile.config, ["dream"], None, ["default"],
+                                                            None, Workspace.resolve().data_dir)}  # fmt: skip
+    for seed, name in ((None, "default"), (0, "default"), (1, "default@seed1")):
+        experiment, config = resolve_run(profile, "dream", "default", seed)
+        assert experiment.name == "default" and config == jobs[name]
+    assert resolve_run(profile, "dream")[1] != profile.config  # the tuned values are applied
+    with pytest.raises(ValueError, match="--experiment 'nope': not an experiment of dream"):
+        resolve_run(profile, "dream", "nope")
+    with pytest.raises(ValueError, match="--seed expects a non-negative integer"):
+        resolve_run(profile, "dream", seed=-1)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import apply_overrides, parse_cli_overrides
+from ..config import parse_cli_overrides
 from ..method import METHODS, TrainedDenseMethod, checkpoint_state
-from ..profiles import DEFAULT_PROFILE, PROFILES, Experiment
+from ..profiles import DEFAULT_PROFILE, PROFILES, resolve_run
 from ..workspace import Workspace
 
 
@@ -25,21 +25,11 @@ def cached_trained_method(args: argparse.Namespace) -> TrainedDenseMethod:
 
     A method outside the profile's experiments (one not in the main table) resolves as its default experiment
     would. Raises ValueError, ConfigError or UnknownNameError, each naming the option."""
-    profile = PROFILES.get(args.profile)
     if not METHODS.get(args.method).trainable:
         raise ValueError(f"--method {args.method}: not a trained method")
-    known = [e.name for e in profile.experiments if e.method == args.method]
-    experiment = next((e for e in profile.experiments if e.method == args.method and e.name == args.experiment),
-                      None if known else Experiment(args.method))  # fmt: skip
-    if experiment is None or experiment.name != args.experiment:
-        raise ValueError(f"--experiment {args.experiment!r}: not an experiment of {args.method} in profile "
-                         f"{profile.name!r} (known: {', '.join(known) or 'default'})")  # fmt: skip
-    overrides = parse_cli_overrides(args.set)
-    if args.seed is not None:
-        if args.seed < 0:
-            raise ValueError(f"--seed expects a non-negative integer, got {args.seed}")
-        overrides["train.seed"] = args.seed
-    config = apply_overrides(experiment.resolve(profile.config), overrides, where="--set", check_method=METHODS.get)
+    experiment, config = resolve_run(
+        PROFILES.get(args.profile), args.method, args.experiment, args.seed, parse_cli_overrides(args.set)
+    )
     workspace = Workspace.resolve(cache_dir=args.cache_dir)
     trained = METHODS.get(args.method)(config, workspace, experiment.name)
     folder = trained.checkpoint_dir()
