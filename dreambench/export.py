@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .config import to_jsonable
 from .method import TrainedDenseMethod
 from .models.backbones import BACKBONES, checkpoint_path
 from .workspace import write_json_atomic
@@ -103,6 +104,7 @@ def export_retriever(trained: TrainedDenseMethod, out: Path, scores: dict[str, A
         "seed": config.train.seed, "checkpoint": trained.checkpoint_dir().name,
         "base_model": config.model.backbone, "base_weights_sha256": base_weights_digest(config.model.backbone,
                                                                                         trained.workspace),
+        "model_config": to_jsonable(config.model),
         "pooling": retriever.pooling, "bidirectional": retriever.bidirectional,
         "prefixes": {"query": config.model.query_prefix, "passage": config.model.passage_prefix},
         "eos_appended": True, "normalised": True, "evaluation_lengths": eval_lengths,

@@ -87,16 +87,20 @@ def method_revision(method: Method) -> str:
 
 
 def build_model_meta(
-    retriever: DenseRetriever, name: str, revision: str, max_tokens: int | None = None
-) -> ModelMeta:
+    retriever: DenseRetriever, name: str, revision: str, max_tokens: int | None = None,
+    loader_kwargs: Mapping[str, Any] | None = None,
+) -> ModelMeta:  # fmt: skip
     """mteb metadata for ``retriever``: facts read from the model, ``None`` where nothing is known
-    (``max_tokens``: the passage length it encodes at; None: the training length)."""
+    (``max_tokens``: the passage length it encodes at; None: the training length). ``loader_kwargs``: an exported
+    folder's (``{"folder": …}``), which ``ModelMeta.load_model()`` loads again with :func:`load_exported`."""
     config = retriever.config
     params = list(retriever.parameters())
     embeddings = retriever.backbone.get_input_embeddings()
     spec = BACKBONES.get(config.backbone) if config.backbone in BACKBONES else None
     return ModelMeta(
-        loader=None,  # built in-process by mteb_encoder(); mteb cannot load it by name
+        # an exported folder loads again through its meta; a model built in-process by mteb_encoder() has no loader
+        loader=load_exported if loader_kwargs else None,
+        loader_kwargs=dict(loader_kwargs or {}),
         name=name,
         revision=revision,
         release_date=None,
@@ -136,11 +140,14 @@ class DreambenchEncoder(AbsEncoder):
         revision: str,
         method: Method | None = None,
         max_tokens: Mapping[str, int] | None = None,
+        loader_kwargs: Mapping[str, Any] | None = None,
     ):
         self.model = retriever
         self.method = method
         self.max_tokens = dict(max_tokens or {})
-        self.mteb_model_meta = build_model_meta(retriever, name, revision, self.max_tokens.get("passage"))
+        self.mteb_model_meta = build_model_meta(
+            retriever, name, revision, self.max_tokens.get("passage"), loader_kwargs
+        )
 
     @staticmethod
     def batch_texts(batch: dict[str, Any], kind: str) -> list[str]:
@@ -243,3 +250,34 @@ def main_table_encoder(
     base_seed = PROFILES.get(profile).config.train.seed
     name = found.name if seed is None or seed == base_seed else f"{found.name}{SEED_MARK}{seed}"
     return mteb_encoder(method, config, workspace or Workspace.resolve(), name)
+
+
+def load_exported(name: str | None = None, revision: str | None = None, *, folder: str | Path,
+                  device: str | None = None, **_: Any) -> DreambenchEncoder:  # fmt: skip
+    """A folder written by ``python -m dreambench.cli.export`` as an mteb encoder: the base model with the exported
+    adapter, the suite's pooling, prefixes and evaluation lengths. Its ``mteb_model_meta`` has this function as
+    its loader, so ``exported_model_meta(folder).load_model()`` loads it as mteb loads a registered model.
+    ``name``/``revision``: mteb's loader arguments; the folder's own record decides."""
+    import json
+
+    import torch
+
+    from .config import apply_overrides
+    from .models.retriever import DenseRetriever
+    from .workspace import Workspace
+
+    folder = Path(folder)
+    record = json.loads((folder / "dreambench.json").read_text())
+    overrides = {f"model.{k}": v for k, v in record["model_config"].items()}
+    config = apply_overrides(RunConfig(), overrides, where=str(folder / "dreambench.json")).model
+    retriever = DenseRetriever.from_config(config, Workspace.resolve(), lora=False, adapter=folder / "adapter")
+    retriever.pooling, retriever.bidirectional = record["pooling"], record["bidirectional"]
+    retriever = retriever.to(torch.device(device) if device else retriever.device).eval()
+    exported = f"dreambench/{record['profile']}-{record['method']}-{record['experiment']}"
+    return DreambenchEncoder(retriever, name or exported, revision or record["checkpoint"],
+                             max_tokens=record["evaluation_lengths"], loader_kwargs={"folder": str(folder)})  # fmt: skip
+
+
+def exported_model_meta(folder: str | Path) -> ModelMeta:
+    """The mteb ``ModelMeta`` of an exported folder, with a working loader (``.load_model()``)."""
+    return load_exported(folder=folder).mteb_model_meta

@@ -38,6 +38,17 @@ def test_an_exported_retriever_gives_the_suites_embeddings_in_sentence_transform
         ours = suite.retriever.encode(texts, kind, progress=False, max_tokens=128)
         theirs = torch.tensor(model.encode(texts, prompt_name=kind))
         assert torch.allclose(ours, theirs, atol=1e-5), kind
+    # mteb loads it through the folder's ModelMeta, with the suite's embeddings at the evaluation lengths
+    from dreambench.mteb_encoder import exported_model_meta
+
+    meta = exported_model_meta(out)
+    assert meta.name == "dreambench/smoke-infonce-default" and meta.loader is not None
+    encoder = meta.load_model()
+    assert encoder.mteb_model_meta.loader_kwargs["folder"] == str(out)
+    for kind in ("query", "passage"):
+        ours = suite.retriever.encode(texts, kind, progress=False, max_tokens=128)
+        theirs = encoder.model.encode(texts, kind, progress=False, max_tokens=encoder.max_tokens[kind])
+        assert torch.allclose(ours, theirs, atol=1e-5), kind
     # the adapter alone loads back into the suite's retriever with the same embeddings
     loaded = DenseRetriever.from_config(config.model, workspace, lora=False, adapter=out / "adapter")
     assert torch.allclose(loaded.encode(texts, "query", progress=False),
