@@ -9,7 +9,15 @@ from dreambench.config import TrainConfig, apply_overrides
 from dreambench.data.training import load_training_data
 from dreambench.method import METHODS
 from dreambench.profiles import PROFILES
-from dreambench.training.trainer import CHECKPOINT, LOG, Trainer, lr_factor, seed_everything, trainable_state
+from dreambench.training.trainer import (
+    CHECKPOINT,
+    LOG,
+    TENSORBOARD,
+    Trainer,
+    lr_factor,
+    seed_everything,
+    trainable_state,
+)
 
 SMOKE = apply_overrides(PROFILES.get("smoke").config, {"methods.dream.num_heads": 3, "train.steps": 4})
 
@@ -65,6 +73,36 @@ def test_kill_and_resume_equals_an_uninterrupted_run(workspace, tmp_path):
     record = json.loads((tmp_path / "killed" / LOG).read_text().splitlines()[-1])
     for key in ("loss", "lr", "grad_norm", "tokens_per_s", "gate", "tau"):
         assert key in record
+    # the same curves as TensorBoard events, a resumed run's replacing what followed its checkpoint
+    logged = {json.loads(line)["step"]: json.loads(line)["loss"]
+              for line in (tmp_path / "killed" / LOG).read_text().splitlines()}  # fmt: skip
+    for folder in ("straight", "killed"):
+        scalars = tensorboard_scalars(tmp_path / folder / TENSORBOARD)
+        assert sorted(scalars["dream/loss"]) == [1, 2, 3, 4] and "dream/tau" in scalars
+    for step, loss in tensorboard_scalars(tmp_path / "killed" / TENSORBOARD)["dream/loss"].items():
+        assert loss == pytest.approx(logged[step], rel=1e-6)
+
+
+def tensorboard_scalars(folder):
+    """{tag: {step: value}} from a folder's TensorBoard event files, in writing order (a later file's event for a
+    step replaces an earlier one's, as TensorBoard shows a purged and resumed run). TFRecord framing: a uint64
+    length, its CRC, the serialised Event, its CRC."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    scalars: dict[str, dict[int, float]] = {}
+    files = sorted(folder.glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime_ns)
+    assert files, f"no event files in {folder}"
+    for path in files:
+        data, pos = path.read_bytes(), 0
+        while pos < len(data):
+            (length,) = struct.unpack("<Q", data[pos : pos + 8])
+            event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
+            pos += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, {})[event.step] = value.simple_value
+    return scalars
 
 
 def test_judge_stays_frozen_and_the_retriever_learns(workspace, tmp_path):

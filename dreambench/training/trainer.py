@@ -121,6 +121,16 @@ def load_trainable_state(module: torch.nn.Module, state: dict[str, torch.Tensor]
             params[name].copy_(value)
 
 
+TENSORBOARD = "tensorboard"  # the event files' folder inside a run's checkpoint folder
+
+
+def tensorboard_writer(out_dir: Path, step: int):
+    """A TensorBoard event writer for a run's folder, from ``step`` on (events past it are dropped on resume)."""
+    from tensorboardX import SummaryWriter
+
+    return SummaryWriter(str(out_dir / TENSORBOARD), purge_step=step or None)
+
+
 class TrainingDiverged(FloatingPointError):
     """A non-finite loss or gradient: the message names the step, the batch's instances and the last good
     checkpoint. Training stops; nothing of the bad step is saved."""
@@ -247,6 +257,9 @@ class Trainer:
         bar = tqdm(total=cfg.steps, initial=step, desc=f"train {self.method.name}", unit="step", disable=not main)
         start = time.perf_counter()
         log_path = self.out_dir / LOG
+        # the same curves as TensorBoard events: `tensorboard --logdir <cache>/checkpoints/<profile>` shows every run;
+        # a resumed run drops the events past its checkpoint, as the JSONL log is truncated
+        events = tensorboard_writer(self.out_dir, step) if main else None
         with log_path.open("a", encoding="utf-8") if main else contextlib.nullcontext() as log_file:
             while step < cfg.steps:
                 tick = time.perf_counter()
@@ -297,6 +310,10 @@ class Trainer:
                 if main and (step % cfg.log_every == 0 or step == cfg.steps):
                     log_file.write(json.dumps(record) + "\n")
                     log_file.flush()
+                    for key, value in record.items():
+                        if key != "step" and isinstance(value, int | float):
+                            events.add_scalar(f"{self.method.name}/{key}", value, step)
+                    events.flush()  # as the JSONL log: a killed run keeps every step it logged
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss_total:.4f}", s_step=f"{seconds:.1f}")
                 if step % cfg.checkpoint_every == 0 or step == cfg.steps:
@@ -304,5 +321,7 @@ class Trainer:
                 if on_step is not None:
                     on_step(step)
         bar.close()
+        if events is not None:
+            events.close()
         distributed.barrier()  # the log and the last checkpoint are on disk for every rank
         return {"steps": step, "seconds_this_run": time.perf_counter() - start}
