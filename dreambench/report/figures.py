@@ -195,8 +195,14 @@ def plot_training_curves(frame: pd.DataFrame, path: Path, curve_titles: Mapping[
                    yscale="log")  # fmt: skip
     for ax, key in zip(axes[0][1:], scalars, strict=True):
         ax.set(title=curve_titles[key], xlabel="step")
-    for ax in axes[0]:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    # one legend for the figure, outside the panels: a method's colour, a seed's line style (not one entry per run)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=f"C{i}", label=row) for i, row in enumerate(labels)]
+    handles += [Line2D([], [], color="0.3", linestyle=styles[i % len(styles)], label=f"seed {seed}")
+                for i, seed in enumerate(seeds)] if len(seeds) > 1 else []  # fmt: skip
+    fig.tight_layout(rect=(0, 0, 1 - 1.6 / fig.get_figwidth(), 1))
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1 - 1.55 / fig.get_figwidth(), 0.5),
+               fontsize=8, frameon=False)  # fmt: skip
     save_figure(fig, path, dpi=110)
     return True

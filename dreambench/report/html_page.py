@@ -9,7 +9,9 @@ from pathlib import Path
 HTML_STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.85em; display: block; overflow-x: auto; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; white-space: nowrap; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.4em; text-align: right; white-space: nowrap; }
+th { white-space: normal; min-width: 4em; }
+td.prose { white-space: normal; text-align: left; min-width: 16em; }
 th { background: #f0f0f0; cursor: pointer; position: sticky; top: 0; }
 th:first-child, td:first-child { text-align: left; }
 th.sorted-asc::after { content: " ▲"; } th.sorted-desc::after { content: " ▼"; }
@@ -17,8 +19,14 @@ code { background: #f6f6f6; padding: 0 0.2em; } pre { background: #f6f6f6; paddi
 img { max-width: 100%; }
 """
 
-# click a column header to sort its table (numbers by value: a cell's leading number, '–' last)
+# click a column header to sort its table (numbers by value: a cell's leading number, '–' last); long prose cells
+# wrap, so that a table fits the page instead of scrolling sideways
 HTML_SORT = """
+// cells of prose (a verdict, a note) wrap; numbers and short labels stay on one line
+document.querySelectorAll("td").forEach(function (td) {
+  var text = td.textContent || "";
+  if (text.length > 28 && /[a-z]{3}/.test(text)) { td.classList.add("prose"); }
+});
 document.querySelectorAll("table").forEach(function (table) {
   table.querySelectorAll("th").forEach(function (th, col) {
     th.addEventListener("click", function () {

@@ -30,6 +30,7 @@ from .tables import (
     evaluation_time,
     fidelity,
     geometry_table,
+    latex_table,
     markdown_table,
     per_seed_table,
     seed_table,
@@ -74,8 +75,9 @@ def main_table(ctx: ReportContext) -> list[str]:
     frame, main, out = ctx.frame, ctx.main, ctx.out
     main.to_csv(out / "main_table.csv", float_format="%.4f")
     (out / "main_table.md").write_text(markdown_table(main) + "\n")
-    if not main.empty:
-        main.to_latex(out / "main_table.tex", float_format="%.4f")
+    shown = display_table(frame, main, ctx.p_values)
+    if not main.empty:  # as shown: mean ± std, significance marks, the best value per column in bold
+        (out / "main_table.tex").write_text(latex_table(shown))
     if not ctx.p_values.empty:
         ctx.p_values.to_csv(out / "significance.csv", float_format="%.4g")
     seeds_of_main = row_seeds(frame[(frame.metric == MAIN_METRIC) & (frame.group == "main")])
@@ -104,7 +106,7 @@ def main_table(ctx: ReportContext) -> list[str]:
             else ""
         ),
         "",
-        markdown_table(display_table(frame, main, ctx.p_values)),
+        markdown_table(shown),
         "",
         *ctx.main_note,
     ]

@@ -72,8 +72,9 @@ def per_seed_table(
 
 
 def display_table(frame: pd.DataFrame, main: pd.DataFrame, p_values: pd.DataFrame) -> pd.DataFrame:
-    """The main table for reading: 'mean ± std' over seeds where a row has several, and a mark where the
-    reference method differs significantly from that row on that dataset."""
+    """The main table for reading: 'mean ± std' over seeds where a row has several, a mark where the reference
+    method differs significantly from that row on that dataset, and the best mean of each column in bold (every
+    row that reaches it, to the four decimals shown)."""
     sub = frame[(frame.metric == MAIN_METRIC) & (frame.group == "main")]
     sub = sub.assign(row=[row_label(m, e) for m, e in zip(sub.method, sub.experiment, strict=True)])
     stats = sub.groupby(["row", "dataset"])["value"].agg(["std", "count"])
@@ -84,12 +85,39 @@ def display_table(frame: pd.DataFrame, main: pd.DataFrame, p_values: pd.DataFram
             if pd.isna(value):
                 continue
             cell = f"{value:.4f}"
+            if cell == f"{main[column].max():.4f}":
+                cell = f"**{cell}**"
             if (row, column) in stats.index and stats.at[(row, column), "count"] > 1:
                 cell += f" ± {stats.at[(row, column), 'std']:.4f}"
             if row in p_values.index and column in p_values.columns and pd.notna(p_values.at[row, column]):
                 cell += significance_mark(p_values.at[row, column])
             shown.at[row, column] = cell
     return shown
+
+
+LATEX_MARKS = {"‡": r"\textsuperscript{\ddag}", "†": r"\textsuperscript{\dag}"}
+
+
+def latex_table(shown: pd.DataFrame) -> str:
+    """A display table (:func:`display_table`) as a LaTeX tabular (booktabs) with its ±, significance marks and
+    bold best values; plain text otherwise escaped."""
+    import re
+
+    def cell(text: object) -> str:
+        text = "--" if pd.isna(text) else str(text)
+        escaped = text.replace("\\", r"\textbackslash{}")
+        for char in "&%$#_{}":
+            escaped = escaped.replace(char, "\\" + char)
+        escaped = re.sub(r"\*\*(.+?)\*\*", r"\\textbf{\1}", escaped).replace(" ± ", r" $\pm$ ")
+        for mark, latex in LATEX_MARKS.items():
+            escaped = escaped.replace(mark, latex)
+        return escaped
+
+    columns = [cell(c) for c in shown.columns]
+    lines = [r"\begin{tabular}{l" + "r" * len(columns) + "}", r"\toprule",
+             " & ".join([cell(shown.index.name or "")] + columns) + r" \\", r"\midrule"]  # fmt: skip
+    lines += [" & ".join([cell(row)] + [cell(v) for v in values]) + r" \\" for row, values in shown.iterrows()]
+    return "\n".join(lines + [r"\bottomrule", r"\end{tabular}"]) + "\n"
 
 
 def fidelity(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
