@@ -281,3 +281,39 @@ def load_exported(name: str | None = None, revision: str | None = None, *, folde
 def exported_model_meta(folder: str | Path) -> ModelMeta:
     """The mteb ``ModelMeta`` of an exported folder, with a working loader (``.load_model()``)."""
     return load_exported(folder=folder).mteb_model_meta
+
+
+def beir_folder_task(folder: str | Path, name: str = "nano-scifact", split: str = "test"):
+    """An mteb retrieval task over a BEIR folder on disk (a shipped nano set, a data folder's set), read by the
+    suite's own reader, so that ``mteb.evaluate`` scores the same queries, documents and judgements as the suite
+    does, offline. The passages reach the encoder as title and body (:meth:`DreambenchEncoder.batch_texts`)."""
+    from datasets import Dataset
+    from mteb.abstasks.retrieval import AbsTaskRetrieval
+    from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
+    from mteb.abstasks.task_metadata import TaskMetadata
+
+    from .data.beir import read_beir_folder
+
+    data = read_beir_folder(Path(folder), split, name)
+    metadata = TaskMetadata(
+        name=f"dreambench-{name}", description=f"The BEIR folder {folder} as read by dreambench.",
+        reference=None, dataset={"path": str(folder), "revision": "local"}, type="Retrieval", category="t2t",
+        modalities=["text"], eval_splits=[split], eval_langs=["eng-Latn"], main_score="ndcg_at_10", date=None,
+        domains=[], task_subtypes=[], license="not specified", annotations_creators="derived", dialect=[],
+        sample_creation="found", bibtex_citation="",
+    )  # fmt: skip
+
+    class BeirFolderRetrieval(AbsTaskRetrieval):
+        def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
+            if self.data_loaded:
+                return
+            corpus = [{"id": i, "title": d.get("title") or "", "text": d.get("text") or ""}
+                      for i, d in data.corpus.items()]  # fmt: skip
+            queries = [{"id": i, "text": t} for i, t in data.queries.items()]
+            split_data = RetrievalSplitData(corpus=Dataset.from_list(corpus), queries=Dataset.from_list(queries),
+                                            relevant_docs=data.qrels, top_ranked=None)  # fmt: skip
+            self.dataset = {"default": {split: split_data}}
+            self.data_loaded = True
+
+    BeirFolderRetrieval.metadata = metadata
+    return BeirFolderRetrieval()

@@ -49,6 +49,19 @@ def test_an_exported_retriever_gives_the_suites_embeddings_in_sentence_transform
         ours = suite.retriever.encode(texts, kind, progress=False, max_tokens=128)
         theirs = encoder.model.encode(texts, kind, progress=False, max_tokens=encoder.max_tokens[kind])
         assert torch.allclose(ours, theirs, atol=1e-5), kind
+    # and an mteb evaluation of a shipped nano set scores what the suite's evaluator scores for the model
+    import mteb
+
+    from dreambench.data.nano import SHIPPED_DIR
+    from dreambench.mteb_encoder import beir_folder_task
+    from dreambench.runner import evaluate_method
+    from dreambench.tasks import load_task
+
+    result = mteb.evaluate(encoder, tasks=[beir_folder_task(SHIPPED_DIR / "nano-scifact")], co2_tracker=False,
+                           cache=mteb.ResultCache(tmp_path / "mteb-cache"), show_progress_bar=False)  # fmt: skip
+    (scores,) = result.task_results[0].scores["test"]
+    ours = evaluate_method(suite, load_task("nano-scifact", workspace, config), config)["scores"]["ndcg_at_10"]
+    assert scores["ndcg_at_10"] == pytest.approx(ours, abs=1e-4)
     # the adapter alone loads back into the suite's retriever with the same embeddings
     loaded = DenseRetriever.from_config(config.model, workspace, lora=False, adapter=out / "adapter")
     assert torch.allclose(loaded.encode(texts, "query", progress=False),
