@@ -55,11 +55,16 @@ def kernel(q, k, v, mask, plan):
     return out
 
 
-@pytest.mark.parametrize("use_mask", [True, False])
-def test_kernel_equals_reference_values_and_gradients(use_mask):
+@pytest.mark.parametrize(("use_mask", "compiled"), [(True, False), (False, False), (True, True)])
+def test_kernel_equals_reference_values_and_gradients(monkeypatch, use_mask, compiled):
+    """The fused kernel, and its ``torch.compile`` path (``InjectionPlan.compiled``: captured by dynamo and
+    differentiated by AOT autograd; on the CPU without code generation, ``aot_eager``; inductor in the GPU test)."""
+    from dreambench.attention import injection
+
+    monkeypatch.setattr(injection, "COMPILE_BACKEND", "aot_eager")
     mask = padding_mask() if use_mask else None
     q, k, v, logits, gamma = make_inputs()
-    fast = kernel(q, k, v, mask, plan_for(logits, gamma))
+    fast = kernel(q, k, v, mask, dataclasses.replace(plan_for(logits, gamma), compiled=compiled))
     q2, k2, v2, logits2, gamma2 = (t.detach().clone().requires_grad_() for t in (q, k, v, logits, gamma))
     ref = reference_attention(q2, k2, v2, mask, D**-0.5, plan_for(logits2, gamma2), layer=0)
     assert torch.allclose(fast, ref, rtol=0, atol=1e-12)
@@ -186,26 +191,6 @@ def test_gradients_reach_scores_only_from_the_lowest_selected_layer_up(tiny_judg
     logits[0, 25:].logsumexp(-1).sum().backward()
     assert scores.grad is not None and scores.grad.abs().sum() > 0 and gamma.grad is not None
     assert all(p.grad is None for p in tiny_judge.parameters())  # the frozen judge never receives gradients
-
-
-def test_compiled_kernel_equals_reference_values_and_gradients(monkeypatch, use_mask=True):
-    """The ``torch.compile`` path (``InjectionPlan.compiled``), captured by dynamo and differentiated by AOT
-    autograd; on the CPU without code generation (``aot_eager``), on a GPU with inductor (the GPU test)."""
-    from dreambench.attention import injection
-
-    monkeypatch.setattr(injection, "COMPILE_BACKEND", "aot_eager")
-    mask = padding_mask() if use_mask else None
-    q, k, v, logits, gamma = make_inputs()
-    plan = dataclasses.replace(plan_for(logits, gamma), compiled=True)
-    fast = kernel(q, k, v, mask, plan)
-    q2, k2, v2, logits2, gamma2 = (t.detach().clone().requires_grad_() for t in (q, k, v, logits, gamma))
-    ref = reference_attention(q2, k2, v2, mask, D**-0.5, plan_for(logits2, gamma2), layer=0)
-    assert torch.allclose(fast, ref, rtol=0, atol=1e-12)
-    upstream = torch.randn_like(fast)
-    (fast * upstream).sum().backward()
-    (ref * upstream).sum().backward()
-    for a, b in [(q, q2), (k, k2), (v, v2), (logits, logits2), (gamma, gamma2)]:
-        assert a.grad is not None and torch.allclose(a.grad, b.grad, rtol=0, atol=1e-10)
 
 
 @pytest.mark.gpu
