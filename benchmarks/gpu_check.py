@@ -62,11 +62,13 @@ def install_wheels(folder: Path) -> None:
 
 
 def gpu_tests(cpu: bool) -> dict:
-    """``pytest -m gpu`` on a CUDA machine; in CPU mode one kernel-vs-reference test (the same invocation)."""
-    selection = ["-k", "test_kernel_equals_reference and not gpu"] if cpu else ["-m", "gpu"]
+    """``pytest -m gpu`` over every test file on a CUDA machine; in CPU mode the kernel-vs-reference tests of one
+    file (the same invocation)."""
+    selection = ["tests/test_attention.py", "-k", "test_kernel_equals_reference and not gpu"] if cpu else \
+        ["tests", "-m", "gpu"]  # fmt: skip
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_attention.py",
-                           *selection], cwd=ROOT, capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection], cwd=ROOT,
+                          capture_output=True, text=True, check=False)  # fmt: skip
     tail = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
     return {"returncode": done.returncode, "summary": tail, "seconds": time.perf_counter() - start}
 
@@ -207,8 +209,10 @@ def main(argv: list[str] | None = None) -> int:
         workspace = Workspace.resolve(None, Path(cache), Path(cache) / "results", Path(cache) / "reports")
         trained = [e.method for e in PROFILES.get("gpu").experiments
                    if e.group == "main" and e.name == "default"]  # fmt: skip
+        how = f"python benchmarks/gpu_check.py{' --cpu' if args.cpu else ''}: {args.steps} steps a method at the gpu " \
+              "profile's shapes, random SmolLM2-shaped weights, generated text"  # fmt: skip
         calibration = calibrate(config, [m for m in trained if m != "untrained"], workspace, args.steps,
-                                passage_tokens(PROFILES.get("gpu").config))
+                                passage_tokens(PROFILES.get("gpu").config), how)  # fmt: skip
         record["calibration"] = calibration.to_json()
         record["kernel"] = kernel_ratio(config, device, rounds=5 if args.cpu else 50)
         record["evaluation"] = one_evaluation(config, workspace)
@@ -225,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as exc:  # pandas or matplotlib missing: the JSON holds everything
             print(f"performance.md not re-rendered ({exc}): python -m dreambench.cli.perf renders it", file=sys.stderr)
     print(json.dumps({k: record[k] for k in ("kernel", "evaluation", "projection")}, indent=1))
-    return 0 if record.get("tests", {}).get("returncode", 0) in (0, 5) else 1
+    return 0 if record.get("tests", {}).get("returncode", 0) == 0 else 1  # 5, nothing collected, fails too
 
 
 if __name__ == "__main__":

@@ -67,8 +67,8 @@ DATA = (
         "wiki-offline", "tevatron-wiki-nq", f"{TEST}; mini: Wikipedia leads shipped in a package (offline)"),
     Row("data.num_train", "DREAM §4.1: not stated (1,500 steps × 32 = 48,000); Revela §4.1: 320,000 batches",
         8, 400, 48_000, f"{TEST}; {CPU} (100 steps × 4)",
-        gpu=1792, gpu_why="gpu: every offline lead that gives K = 8 chunks of 16 words (1,952 qualify; one target "
-        "each)"),
+        gpu=1792, gpu_why="gpu: 1,952 offline leads give K = 8 chunks of 16 words (one target each): 1,792 for "
+        "training and 128 for the probe; 32 unused"),
     Row("data.num_heldout", "not in the papers (tuning, the Training table)", 4, 100, 1000, TEST),
     Row("data.num_probe", "DREAM App. B: 5,000", 4, 128, 5000, f"{TEST}; {CPU}", methods="dream"),
     Row("data.num_candidates", "DREAM §4.1, §6 (Fig. 6): 16; Revela §4.1: batches of 16", 4, 8, 16,

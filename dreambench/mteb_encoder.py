@@ -268,6 +268,9 @@ def load_exported(name: str | None = None, revision: str | None = None, *, folde
 
     folder = Path(folder)
     record = json.loads((folder / "dreambench.json").read_text())
+    if "model_config" not in record:
+        raise ValueError(f"{folder / 'dreambench.json'} records no model_config (an older export): export it again "
+                         "with python -m dreambench.cli.export")  # fmt: skip
     overrides = {f"model.{k}": v for k, v in record["model_config"].items()}
     config = apply_overrides(RunConfig(), overrides, where=str(folder / "dreambench.json")).model
     retriever = DenseRetriever.from_config(config, Workspace.resolve(), lora=False, adapter=folder / "adapter")

@@ -316,6 +316,11 @@ def default_profile() -> str:
     return "gpu" if torch.cuda.is_available() else DEFAULT_PROFILE
 
 
+def profile_name(name: str | None) -> str:
+    """A command's --profile: the name given, else :func:`default_profile` (what ``run_all.py`` runs)."""
+    return name or default_profile()
+
+
 def _build_profiles() -> None:
     """Fills :data:`PROFILES` on first use: a profile's experiments come from the method and study registries,
     which import the adapters, so nothing is built when this module is imported."""

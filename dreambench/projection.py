@@ -135,8 +135,11 @@ def retriever_params(config) -> float:
 
 
 def method_params(method) -> float:
-    """Parameters (billions) of every model a training step of ``method`` runs: retriever, judge or LM."""
-    others = {getattr(method, "judge_name", None), getattr(method, "lm_name", None)} - {None}
+    """Parameters (billions) of every model a training step of ``method`` runs: retriever, judge or LM. A judge
+    whose work is done once per training set, not in the step (REPLUG's cached likelihoods: the adapter sets
+    ``judge_in_step = False``), does not count."""
+    judge = getattr(method, "judge_name", None) if getattr(method, "judge_in_step", True) else None
+    others = {judge, getattr(method, "lm_name", None)} - {None}
     return retriever_params(method.config) + sum(_params(n) for n in others)
 
 
@@ -241,10 +244,13 @@ def hours(seconds: float) -> str:
 
 
 def calibrate(
-    config, methods: list[str], workspace: Workspace, steps: int = 2, passage_length: float | None = None
+    config, methods: list[str], workspace: Workspace, steps: int = 2, passage_length: float | None = None,
+    how: str | None = None,
 ) -> Calibration:
     """A few optimiser steps of each trained method in ``methods`` at ``config``'s shapes on its own training
-    data, and the untrained retriever's encoding rate over those passages at the evaluation lengths → this
+    data (built first if it is not: query generation), and the untrained retriever's encoding rate over those
+    passages, capped at the evaluation length (short training passages: a lower rate than whole collections
+    give, so evaluation is projected high) → this
     machine's calibration (measured). DREAM's heads are drawn at random here: which heads are selected does not
     change a step's cost, and it spares the probe pass. One-time work per training set (REPLUG's likelihoods,
     DREAM's prefix store) is not in the steps, so the projection leaves it out. ``passage_length``: the
@@ -272,6 +278,8 @@ def calibrate(
         taken = data.train[: (steps + 1) * per_step]  # fewer when the set is smaller: the loader cycles
         try:
             method.build(replace(data, train=taken))
+            if hasattr(method, "load_likelihoods") and getattr(method, "likelihoods", None) is None:
+                method.likelihoods = method.load_likelihoods(taken)  # REPLUG already trained: build skipped them
             train[name] = {**time_steps(method, taken, steps), "params_b": method_params(method)}
         finally:
             method.close()
@@ -279,12 +287,12 @@ def calibrate(
     assert isinstance(untrained, DenseMethod)
     retriever = untrained.load_retriever(lora=False)
     texts = [c for inst in data.train[:8] for c in (inst.query, *inst.candidates)]
-    rate = encoding_rate(retriever, texts)
+    rate = encoding_rate(retriever, texts, config.eval.max_passage_tokens or None)
     return Calibration(
         key=machine_key(),
         machine=machine_name(),
         source="measured",
-        how=f"python run_all.py --profile {config.profile} --calibrate ({steps} steps a method)",
+        how=how or f"python run_all.py --profile {config.profile} --calibrate ({steps} steps a method)",
         profile=config.profile,
         candidates=config.data.num_candidates,
         passage_tokens=passage_length or passage_tokens(config),

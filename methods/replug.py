@@ -149,6 +149,7 @@ class Replug(TrainedDenseMethod):
     run_order = 3
     row_order = 3
     tuning_knobs = (("methods.replug.tau", (1e-3, 1e-2, 5e-2)), ("methods.replug.eta", (1e-3, 1e-1, 1.0)))
+    judge_in_step = False  # its judge runs once per training set (cached likelihoods), not in a training step
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -140,6 +140,8 @@ def test_bad_spans_are_rejected():
         SpanIndex.from_spans([[(0, 5)]], [(3, 6)])
     with pytest.raises(ValueError, match="non-empty"):
         SpanIndex.from_spans([[(2, 2)]], [(3, 6)])
+    with pytest.raises(ValueError, match="non-empty"):  # one row's query empty, the other's not
+        SpanIndex.from_spans([[(0, 2)], [(0, 2)]], [(3, 6), (4, 4)])
 
 
 # ---- inside a real transformers model ------------------------------------------------------------------

@@ -137,6 +137,9 @@ def test_calibrate_measures_every_trained_method_of_the_plan(tmp_path, capsys):
     calibration = load(cached_path(workspace))
     assert calibration.source == "measured" and calibration.profile == "smoke"
     assert set(calibration.train) == {"infonce", "dream"}
+    assert run_all.main([*args, "--calibrate", "--methods", "replug"]) == 0  # merged into the cached one
+    calibration = load(cached_path(workspace))
+    assert set(calibration.train) == {"infonce", "dream", "replug"}
     for rate in calibration.train.values():
         assert rate["seconds_per_step"] > 0 and rate["tokens_per_step"] > 0 and rate["instances_per_step"] == 2
     assert calibration.encode_tokens_per_s > 0
@@ -196,3 +199,22 @@ def test_a_named_run_resolves_to_the_main_tables_config_at_each_seed():
         resolve_run(profile, "dream", "nope")
     with pytest.raises(ValueError, match="--seed expects a non-negative integer"):
         resolve_run(profile, "dream", seed=-1)
+
+
+def test_dry_run_on_a_machine_without_a_calibration_still_projects_for_the_reference_gpu(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr(run_all, "for_machine", lambda workspace: None)
+    code = run_all.main(["--profile", "gpu", "--dry-run", "--methods", "infonce", "--cache-dir", str(tmp_path),
+                         "--results-dir", str(tmp_path / "results"), "--data-dir", str(tmp_path / "data")])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "no calibration for this machine" in out and "`python run_all.py --calibrate`" in out
+    assert "projected on NVIDIA H100 80GB HBM3: train" in out
+
+
+def test_a_judge_that_runs_once_per_training_set_is_not_counted_in_the_step():
+    """REPLUG's likelihoods are cached before training: its step runs the retriever alone, as InfoNCE's does."""
+    from dreambench.projection import method_params
+
+    assert method_params(_method("replug")) == pytest.approx(method_params(_method("infonce")))
+    assert method_params(_method("dream")) == pytest.approx(2 * method_params(_method("infonce")))

@@ -84,9 +84,9 @@ def test_kill_and_resume_equals_an_uninterrupted_run(workspace, tmp_path):
 
 
 def tensorboard_scalars(folder):
-    """{tag: {step: value}} from a folder's TensorBoard event files, in writing order (a later file's event for a
-    step replaces an earlier one's, as TensorBoard shows a purged and resumed run). TFRecord framing: a uint64
-    length, its CRC, the serialised Event, its CRC."""
+    """{tag: {step: value}} as TensorBoard shows a folder's event files: in writing order, a session start at
+    step s (a writer's ``purge_step``) drops every earlier event at step ≥ s. TFRecord framing: a uint64 length,
+    its CRC, the serialised Event, its CRC."""
     import struct
 
     from tensorboardX.proto import event_pb2
@@ -100,7 +100,12 @@ def tensorboard_scalars(folder):
             (length,) = struct.unpack("<Q", data[pos : pos + 8])
             event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
             pos += 12 + length + 4
+            if event.HasField("session_log") and event.session_log.status == event.session_log.START:
+                for steps in scalars.values():
+                    for step in [s for s in steps if s >= event.step]:
+                        del steps[step]
             for value in event.summary.value:
+                assert event.step not in scalars.get(value.tag, {}), f"{value.tag} logged twice at {event.step}"
                 scalars.setdefault(value.tag, {})[event.step] = value.simple_value
     return scalars
 

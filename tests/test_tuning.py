@@ -85,7 +85,7 @@ def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(t
     assert len(table) == 1 and table["chosen"].tolist() == [""]
     committed = dict(PROFILES.get("mini").tuned["revela"])
     assert lines[0] == (f"- revela: search incomplete (1 point so far; the main table runs at the profile's values "
-                        f"{committed}; resume with `python run_all.py --tune --methods revela`; a point whose "
+                        f"{committed}; resume with `python run_all.py --profile mini --tune --methods revela`; a point whose "
                         "checkpoint is in the cache is loaded, one whose checkpoint is not, e.g. in a fresh clone, is "
                         "trained again).")  # fmt: skip
     assert lines[1].startswith("- not tuned yet (run at the profile's values): dream, infonce, replug; ")

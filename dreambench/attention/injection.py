@@ -57,7 +57,8 @@ class SpanIndex:
         (k,) = num_docs
         longest_doc = max(max(e - s for s, e in row) for row in doc_spans)
         longest_query = max(e - s for s, e in query_spans)
-        if longest_doc < 1 or longest_query < 1 or any(e <= s for row in doc_spans for s, e in row):
+        empty = any(e <= s for row in doc_spans for s, e in row) or any(e <= s for s, e in query_spans)
+        if longest_doc < 1 or longest_query < 1 or empty:  # apply_injection relies on every row's first query slot
             raise ValueError("document and query spans must be non-empty")
         doc_index = torch.zeros((batch, k, longest_doc), dtype=torch.long)
         doc_mask = torch.zeros((batch, k, longest_doc), dtype=torch.bool)

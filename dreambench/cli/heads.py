@@ -10,7 +10,7 @@ from ..config import ConfigError, apply_overrides, method_params, parse_cli_over
 from ..data.training import load_training_data
 from ..method import METHODS
 from ..models.lm import LanguageModel, judge_layout
-from ..profiles import DEFAULT_PROFILE, PROFILES
+from ..profiles import PROFILES, profile_name
 from ..registry import UnknownNameError
 from ..studies.dream.heads import load_or_rank_heads
 from ..workspace import Workspace
@@ -18,7 +18,7 @@ from ..workspace import Workspace
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--profile", default=DEFAULT_PROFILE)
+    parser.add_argument("--profile", default=None, help="default: gpu with CUDA, else mini")
     parser.add_argument("--top", type=int, default=16)
     parser.add_argument("--cache-dir")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = apply_overrides(
-            PROFILES.get(args.profile).config, parse_cli_overrides(args.set), where="--set", check_method=METHODS.get
+            PROFILES.get(profile_name(args.profile)).config, parse_cli_overrides(args.set), where="--set",
+            check_method=METHODS.get,
         )
     except (ConfigError, UnknownNameError) as exc:
         print(f"error: {exc}", file=sys.stderr)

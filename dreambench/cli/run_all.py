@@ -24,7 +24,7 @@ from ..data.training import load_training_data
 from ..method import METHODS, add_method_path
 from ..plan import plan_jobs
 from ..profiles import PROFILES, default_profile, with_experiments
-from ..projection import cached_path, calibrate, for_machine, machine_key, reference, save
+from ..projection import cached_path, calibrate, for_machine, load, machine_key, reference, save
 from ..registry import UnknownNameError
 from ..runner import Runner
 from ..study import STUDIES
@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--calibrate",
         action="store_true",
         help="measure this machine's training and encoding throughput at the profile's shapes (a few steps of each "
-        "trained method; minutes), cached per machine: --dry-run projects wall times from it",
+        "trained method: minutes, once the training data is built), cached per machine: --dry-run projects from it",
     )
     parser.add_argument(
         "--tune",
@@ -243,7 +243,7 @@ def dry_run_calibrations(workspace: Workspace) -> list:
     own, gpu = for_machine(workspace), reference()
     if own is None:
         print(f"no calibration for this machine ({machine_key()}): `python run_all.py --calibrate` measures one")
-    return [c for c in (own, gpu) if c is not None and (c is own or c.key != own.key)]
+    return [c for c in (own, gpu) if c is not None and (own is None or c is own or c.key != own.key)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -333,7 +333,10 @@ def main(argv: list[str] | None = None) -> int:
         return tune(profile, config, tuning, workspace)
     if args.calibrate:
         trained = list(dict.fromkeys(j.experiment.method for j in jobs if METHODS.get(j.experiment.method).trainable))
-        path = save(calibrate(config, trained, workspace), cached_path(workspace))
+        measured, before = calibrate(config, trained, workspace), load(cached_path(workspace))
+        if before is not None and before.profile == measured.profile:  # --methods: the others' rates stay
+            measured = replace(measured, train={**before.train, **measured.train})
+        path = save(measured, cached_path(workspace))
         print(f"calibration of {machine_key()} at the {config.profile} profile's shapes: {path}")
         return 0
     if args.dry_run:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..config import ConfigError, apply_overrides, parse_cli_overrides
 from ..method import METHODS
-from ..profiles import DEFAULT_PROFILE, PROFILES
+from ..profiles import PROFILES, profile_name
 from ..registry import UnknownNameError
 from ..studies.dream.signal_check import HEAD_SETS, format_rows, revela_start, signal_check
 from ..workspace import Workspace
@@ -19,7 +19,7 @@ from ..workspace import Workspace
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--profile", default=DEFAULT_PROFILE)
+    parser.add_argument("--profile", default=None, help="default: gpu with CUDA, else mini")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--instances", type=int, default=None, help="first N held-out instances (default all)")
     parser.add_argument("--head-sets", default=",".join(HEAD_SETS))
@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = apply_overrides(
-            PROFILES.get(args.profile).config, parse_cli_overrides(args.set), where="--set", check_method=METHODS.get
+            PROFILES.get(profile_name(args.profile)).config, parse_cli_overrides(args.set), where="--set",
+            check_method=METHODS.get,
         )
         workspace = Workspace.resolve(cache_dir=args.cache_dir, results_dir=args.results_dir)
         if args.revela:

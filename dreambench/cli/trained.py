@@ -7,12 +7,12 @@ import argparse
 
 from ..config import parse_cli_overrides
 from ..method import METHODS, TrainedDenseMethod, checkpoint_state
-from ..profiles import DEFAULT_PROFILE, PROFILES, resolve_run
+from ..profiles import PROFILES, profile_name, resolve_run
 from ..workspace import Workspace
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", default=DEFAULT_PROFILE)
+    parser.add_argument("--profile", default=None, help="default: gpu with CUDA, else mini")
     parser.add_argument("--method", required=True, help="a trained method, e.g. dream")
     parser.add_argument("--experiment", default="default", help="one of the profile's experiments of that method")
     parser.add_argument("--seed", type=int, default=None, help="training seed (default: the profile's)")
@@ -28,7 +28,7 @@ def cached_trained_method(args: argparse.Namespace) -> TrainedDenseMethod:
     if not METHODS.get(args.method).trainable:
         raise ValueError(f"--method {args.method}: not a trained method")
     experiment, config = resolve_run(
-        PROFILES.get(args.profile), args.method, args.experiment, args.seed, parse_cli_overrides(args.set)
+        PROFILES.get(profile_name(args.profile)), args.method, args.experiment, args.seed, parse_cli_overrides(args.set)
     )
     workspace = Workspace.resolve(cache_dir=args.cache_dir)
     trained = METHODS.get(args.method)(config, workspace, experiment.name)

@@ -18,7 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..profiles import DEFAULT_PROFILE
+from ..profiles import profile_name
 from ..workspace import Workspace, atomic_path
 
 
@@ -49,12 +49,12 @@ def export_trec(results: Path, out: Path) -> list[tuple[Path, Path, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results-dir", help="the results folder (default: the suite's)")
-    parser.add_argument("--profile", default=DEFAULT_PROFILE, help="the profile's results (default: %(default)s)")
+    parser.add_argument("--profile", default=None, help="default: gpu with CUDA, else mini")
     parser.add_argument("--to", required=True, type=Path, help="the folder to write (created)")
     args = parser.parse_args(argv)
-    results = Workspace.resolve(results_dir=args.results_dir).results_dir / args.profile
+    results = Workspace.resolve(results_dir=args.results_dir).results_dir / profile_name(args.profile)
     if not results.is_dir():
-        print(f"error: no results for profile {args.profile!r} in {results.parent}", file=sys.stderr)
+        print(f"error: no results for profile {profile_name(args.profile)!r} in {results.parent}", file=sys.stderr)
         return 2
     try:
         written = export_trec(results, args.to)

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from ..method import METHODS
-from ..profiles import DEFAULT_PROFILE, PROFILES
+from ..profiles import PROFILES
 from ..results import SEED_MARK, ResultKey, iter_results, load_stage_records, load_tuning
 from ..tasks import TASKS
 from .frame import dataset_order, row_label
@@ -94,7 +94,7 @@ def machine_label(machine: dict[str, Any]) -> str:
 
 
 def _tune_command(profile: str, methods: list[str]) -> str:
-    option = "" if profile == DEFAULT_PROFILE else f" --profile {profile}"
+    option = f" --profile {profile}"  # always: the default profile depends on the machine (gpu with CUDA)
     return f"python run_all.py{option} --tune --methods {','.join(methods)}"
 
 

@@ -210,7 +210,7 @@ def tuning(ctx: ReportContext) -> list[str]:
         table.to_csv(ctx.out / "tuning.csv", index=False, float_format="%.4f")
     seed = PROFILES.get(ctx.profile).config.train.seed if ctx.profile in PROFILES else 0
     return [
-        "## Tuning (held-out training-format instances only; `python run_all.py --tune`)",
+        f"## Tuning (held-out training-format instances only; `python run_all.py --profile {ctx.profile} --tune`)",
         "",
         "Per trained method, a coordinate search over its declared grid (learning rate first, the same axis "
         "for every method, then the method's own knobs), each point trained with the full budget and seed "

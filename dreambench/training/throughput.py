@@ -72,14 +72,17 @@ def time_steps(method: Any, instances: Sequence[Any], steps: int = 2) -> dict[st
     }
 
 
-def encoding_rate(retriever: Any, texts: Sequence[str], rounds: int = 2) -> dict[str, float]:
-    """The retriever's forward-only encoding rate over ``texts`` (passages), after one warm-up pass → tokens/s."""
+def encoding_rate(
+    retriever: Any, texts: Sequence[str], max_tokens: int | None = None, rounds: int = 2
+) -> dict[str, float]:
+    """The retriever's forward-only encoding rate over ``texts`` (passages, capped at ``max_tokens``; None: the
+    training length), after one warm-up pass → tokens/s."""
     retriever.eval()
-    retriever.encode(list(texts), "passage", progress=False)
+    retriever.encode(list(texts), "passage", progress=False, max_tokens=max_tokens)
     seconds = []
     for _ in range(rounds):
         start = time.perf_counter()
-        retriever.encode(list(texts), "passage", progress=False)
+        retriever.encode(list(texts), "passage", progress=False, max_tokens=max_tokens)
         _synchronise(retriever.device)
         seconds.append(time.perf_counter() - start)
     tokens = retriever.last_stats.tokens

@@ -125,10 +125,12 @@ TENSORBOARD = "tensorboard"  # the event files' folder inside a run's checkpoint
 
 
 def tensorboard_writer(out_dir: Path, step: int):
-    """A TensorBoard event writer for a run's folder, from ``step`` on (events past it are dropped on resume)."""
+    """A TensorBoard event writer for a run's folder, continuing after ``step``."""
     from tensorboardX import SummaryWriter
 
-    return SummaryWriter(str(out_dir / TENSORBOARD), purge_step=step or None)
+    # TensorBoard hides earlier events at steps ≥ purge_step; steps are logged from 1, so a run resumed at its
+    # checkpoint of step s (or restarted from 0) drops what an interrupted run logged after s
+    return SummaryWriter(str(out_dir / TENSORBOARD), purge_step=step + 1)
 
 
 class TrainingDiverged(FloatingPointError):
