@@ -16,6 +16,7 @@ from dreambench.training.trainer import (
     Trainer,
     lr_factor,
     seed_everything,
+    tensorboard_writer,
     trainable_state,
 )
 
@@ -92,7 +93,7 @@ def tensorboard_scalars(folder):
     from tensorboardX.proto import event_pb2
 
     scalars: dict[str, dict[int, float]] = {}
-    files = sorted(folder.glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime_ns)
+    files = sorted(folder.glob("events.out.tfevents.*"))  # by name, as TensorBoard reads them: in writing order
     assert files, f"no event files in {folder}"
     for path in files:
         data, pos = path.read_bytes(), 0
@@ -175,3 +176,17 @@ def test_non_finite_loss_stops_training_naming_step_instances_and_checkpoint(
     assert (
         torch.load(tmp_path / "run" / CHECKPOINT, weights_only=False)["step"] == 2
     )  # the bad step never saved
+
+
+def test_event_writers_opened_within_one_second_keep_separate_files(tmp_path, monkeypatch):
+    """tensorboardX names a file by the second it opened; a resumed run that starts within that second must not
+    truncate the interrupted run's events."""
+    from tensorboardX import event_file_writer
+
+    monkeypatch.setattr(event_file_writer.time, "time", lambda: 1_700_000_000.0)
+    for step, value in ((0, 1.0), (2, 2.0)):
+        writer = tensorboard_writer(tmp_path, step)
+        writer.add_scalar("loss", value, step + 1)
+        writer.close()
+    assert len(list((tmp_path / TENSORBOARD).glob("events.out.tfevents.*"))) == 2
+    assert tensorboard_scalars(tmp_path / TENSORBOARD)["loss"] == {1: 1.0, 3: 2.0}

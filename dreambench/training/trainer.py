@@ -129,8 +129,10 @@ def tensorboard_writer(out_dir: Path, step: int):
     from tensorboardX import SummaryWriter
 
     # TensorBoard hides earlier events at steps ≥ purge_step; steps are logged from 1, so a run resumed at its
-    # checkpoint of step s (or restarted from 0) drops what an interrupted run logged after s
-    return SummaryWriter(str(out_dir / TENSORBOARD), purge_step=step + 1)
+    # checkpoint of step s (or restarted from 0) drops what an interrupted run logged after s. The file name
+    # carries the clock only to the second; a writer opened within the same second as the last one would truncate
+    # its file, so a nanosecond suffix keeps every session's file, and names sort in writing order
+    return SummaryWriter(str(out_dir / TENSORBOARD), purge_step=step + 1, filename_suffix=f".{time.time_ns():020d}")
 
 
 class TrainingDiverged(FloatingPointError):
