@@ -76,3 +76,23 @@ def test_export_refuses_what_is_not_trained_or_an_occupied_folder(workspace, tmp
     assert "no trained weights" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         export_cli.main(["--method", "infonce"])  # --to is required
+
+
+def test_the_docs_mteb_example_reproduces_the_committed_main_table_number(workspace, tmp_path):
+    """docs/data.md's example, offline: ``main_table_encoder`` resolves the main table's DREAM model (here trained
+    afresh in an empty cache, as the report's command would), and mteb scores it as the committed record does."""
+    import mteb
+
+    from dreambench.mteb_encoder import beir_folder_task, main_table_encoder
+    from dreambench.profiles import PROFILES
+    from dreambench.tasks import BUILDERS
+    from dreambench.workspace import PROJECT_ROOT
+
+    record = PROJECT_ROOT / "reports" / "results" / "smoke" / "dream" / "default" / "wiki-desc2lead.json"
+    committed = json.loads(record.read_text())["scores"]["ndcg_at_10"]
+    encoder = main_table_encoder("dream", "smoke", workspace=workspace)
+    folder = BUILDERS["wiki-desc2lead"](workspace, PROFILES.get("smoke").config)
+    result = mteb.evaluate(encoder, tasks=[beir_folder_task(folder, "wiki-desc2lead")], co2_tracker=False,
+                           cache=mteb.ResultCache(tmp_path / "mteb-cache"), show_progress_bar=False)  # fmt: skip
+    (scores,) = result.task_results[0].scores["test"]
+    assert scores["ndcg_at_10"] == pytest.approx(committed, abs=1e-4)

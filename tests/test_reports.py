@@ -106,7 +106,8 @@ def test_index_html_is_self_contained_with_every_table_and_figure(tmp_path):
     assert "addEventListener" in html  # sortable tables
 
 
-CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None)
+BROWSERS = ("chromium", "chromium-browser", "chromium-headless-shell", "google-chrome")
+CHROMIUM = next((shutil.which(name) for name in BROWSERS if shutil.which(name)), None)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium on this machine")
