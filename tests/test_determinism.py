@@ -1,7 +1,7 @@
-"""Determinism and interruption: the smoke profile, run twice from an empty cache, gives the same result
-files apart from timings (scores, per-query scores, rankings, training summaries, configs, fingerprints); a
-run killed with SIGKILL mid-training and started again ends with the same files (rankings exactly; floats to
-1e-6 relative, on an idle machine they are bit-identical)."""
+"""Determinism and interruption: the smoke profile, run from an empty cache, and run again from an empty cache
+but killed with SIGKILL mid-training and started again, ends with the same result files apart from timings
+(scores, per-query scores, rankings, training summaries, configs, fingerprints; rankings exactly, floats to 1e-6
+relative: on an idle machine they are bit-identical)."""
 
 import gzip
 import json
@@ -90,19 +90,15 @@ def _fresh(workspace):
 
 
 @pytest.mark.slow
-def test_smoke_profile_twice_and_killed_midway_gives_identical_results(workspace):
+def test_smoke_profile_killed_midway_and_resumed_gives_the_uninterrupted_results(workspace):
     assert run_all.main(_args(workspace)) == 0
     first = _snapshot(workspace.results_dir)
     methods = {name.split("/")[1] for name in first}
     assert {"bm25", "untrained", "infonce", "replug", "revela", "dream"} <= methods
 
-    _fresh(workspace)
-    assert run_all.main(_args(workspace)) == 0
-    second = _snapshot(workspace.results_dir)
-    assert first.keys() == second.keys()
-    assert _differences(first, second) == []
-
-    # a third run from scratch, killed (SIGKILL: no clean-up at all) once a training run has checkpointed
+    # a second run from an empty cache, killed (SIGKILL: no clean-up at all) once a training run has checkpointed,
+    # then the same command again: it ends with the first run's files, so the suite is both deterministic from an
+    # empty cache and resumable (tests/test_trainer.py checks resume alone, at the level of the weights)
     _fresh(workspace)
     process = subprocess.Popen([sys.executable, "run_all.py", *_args(workspace)], cwd=PROJECT_ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
