@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -195,6 +196,12 @@ def test_a_named_run_resolves_to_the_main_tables_config_at_each_seed():
         experiment, config = resolve_run(profile, "dream", "default", seed)
         assert experiment.name == "default" and config == jobs[name]
     assert resolve_run(profile, "dream")[1] != profile.config  # the tuned values are applied
+    # and it is the checkpoint behind the committed main table's number at each of its seeds
+    results = PROJECT_ROOT / "reports" / "results" / "mini" / "dream"
+    for seed, folder in ((0, "default"), (1, "default@seed1"), (2, "default@seed2")):
+        record = json.loads((results / folder / "nano-scifact.json").read_text())
+        method = METHODS.get("dream")(resolve_run(profile, "dream", "default", seed)[1], Workspace.resolve(), folder)
+        assert method.checkpoint_dir().name == Path(record["training"]["checkpoint_dir"]).name, seed
     with pytest.raises(ValueError, match="--experiment 'nope': not an experiment of dream"):
         resolve_run(profile, "dream", "nope")
     with pytest.raises(ValueError, match="--seed expects a non-negative integer"):
