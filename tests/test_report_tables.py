@@ -44,3 +44,30 @@ def test_the_best_mean_of_each_column_is_bold_in_the_display_table():
     frame = pd.DataFrame({"metric": [], "group": [], "method": [], "experiment": [], "dataset": [], "value": []})
     shown = display_table(frame, main, pd.DataFrame())
     assert list(shown["d"]) == ["**0.5000**", "0.2500"]
+
+
+def test_training_curves_give_every_row_its_own_colour_and_keep_the_legend_on_the_figure(tmp_path, monkeypatch):
+    """Fifteen rows (more than matplotlib's ten-colour cycle) with long labels: no two rows share a colour, and
+    every legend entry lies inside the saved figure."""
+    from dreambench.evaluation.metrics import MAIN_METRIC
+    from dreambench.report import figures
+
+    curve = {"step": [1, 2, 3], "loss": [1.0, 0.9, 0.8], "tau": [0.1, 0.1, 0.1]}
+    rows = [("dream", "default" if i == 0 else f"heads-random-middle-{i}", seed) for i in range(15) for seed in (0, 1)]
+    frame = pd.DataFrame({"metric": MAIN_METRIC, "method": [m for m, _, _ in rows],
+                          "experiment": [e for _, e, _ in rows], "seed": [s for _, _, s in rows],
+                          "training": [{"curve": curve}] * len(rows)})  # fmt: skip
+    seen = {}
+
+    def capture(fig, path, dpi):
+        fig.canvas.draw()
+        seen["figure"] = fig.bbox
+        (legend,) = fig.legends
+        seen["entries"] = [text.get_window_extent() for text in legend.get_texts()]
+        seen["colours"] = [line.get_color() for line in legend.get_lines()][:15]
+
+    monkeypatch.setattr(figures, "save_figure", capture)
+    assert figures.plot_training_curves(frame, tmp_path / "curves.png", {"tau": "τ"})
+    assert len(seen["entries"]) == 15 + 2  # a colour a row, a line style a seed
+    assert all(box.x0 >= seen["figure"].x0 and box.x1 <= seen["figure"].x1 for box in seen["entries"])
+    assert len({tuple(c) if not isinstance(c, str) else c for c in seen["colours"]}) == 15

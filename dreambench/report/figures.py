@@ -183,8 +183,14 @@ def plot_training_curves(frame: pd.DataFrame, path: Path, curve_titles: Mapping[
     labels = sorted({row for row, _ in runs})
     seeds = sorted({seed or 0 for _, seed in runs})
     styles = ("-", "--", ":", "-.")  # a method's colour, a seed's line style
+    # matplotlib's ten-colour cycle repeats from the eleventh row: past ten rows, tab20's twenty colours
+    palette = plt.get_cmap("tab20") if len(labels) > 10 else None
+
+    def colour(i: int):
+        return palette(i % 20) if palette is not None else f"C{i}"
+
     for (row, seed), curve in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-        look = {"color": f"C{labels.index(row)}", "linestyle": styles[seeds.index(seed or 0) % len(styles)],
+        look = {"color": colour(labels.index(row)), "linestyle": styles[seeds.index(seed or 0) % len(styles)],
                 "label": f"{row} (seed {seed})"}  # fmt: skip
         loss = pd.Series(curve["loss"], index=curve["step"], dtype=float)
         axes[0][0].plot(loss.rolling(10, min_periods=1).mean(), alpha=0.8, **look)
@@ -198,11 +204,14 @@ def plot_training_curves(frame: pd.DataFrame, path: Path, curve_titles: Mapping[
     # one legend for the figure, outside the panels: a method's colour, a seed's line style (not one entry per run)
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=f"C{i}", label=row) for i, row in enumerate(labels)]
+    handles = [Line2D([], [], color=colour(i), label=row) for i, row in enumerate(labels)]
     handles += [Line2D([], [], color="0.3", linestyle=styles[i % len(styles)], label=f"seed {seed}")
                 for i, seed in enumerate(seeds)] if len(seeds) > 1 else []  # fmt: skip
-    fig.tight_layout(rect=(0, 0, 1 - 1.6 / fig.get_figwidth(), 1))
-    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1 - 1.55 / fig.get_figwidth(), 0.5),
+    # the legend's column: its line sample and gap (~0.5 in) and the longest label at 8 pt (~0.065 in a character)
+    legend_in = max(1.6, 0.55 + 0.065 * max(len(h.get_label()) for h in handles))
+    fig.set_figwidth(fig.get_figwidth() + max(0.0, legend_in - 1.6))
+    fig.tight_layout(rect=(0, 0, 1 - legend_in / fig.get_figwidth(), 1))
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1 - (legend_in - 0.05) / fig.get_figwidth(), 0.5),
                fontsize=8, frameon=False)  # fmt: skip
     save_figure(fig, path, dpi=110)
     return True
