@@ -242,14 +242,23 @@ def main_table_encoder(
         encoder = main_table_encoder("dream", "mini", seed=0)
         results = mteb.evaluate(encoder, tasks=mteb.get_tasks(tasks=["SciFact"]))
     """
+    name, config = main_table_run(method, profile, seed, experiment)
+    from .workspace import Workspace
+
+    return mteb_encoder(method, config, workspace or Workspace.resolve(), name)
+
+
+def main_table_run(
+    method: str, profile: str = "mini", seed: int | None = None, experiment: str = "default"
+) -> tuple[str, RunConfig]:
+    """The run name (``default``, ``default@seed2``) and config that :func:`main_table_encoder` loads: the
+    profile's experiment with its tuned values, at ``seed``, as ``run_all.py`` resolves them."""
     from .plan import SEED_MARK
     from .profiles import PROFILES, resolve_run
-    from .workspace import Workspace
 
     found, config = resolve_run(PROFILES.get(profile), method, experiment, seed)
     base_seed = PROFILES.get(profile).config.train.seed
-    name = found.name if seed is None or seed == base_seed else f"{found.name}{SEED_MARK}{seed}"
-    return mteb_encoder(method, config, workspace or Workspace.resolve(), name)
+    return (found.name if seed is None or seed == base_seed else f"{found.name}{SEED_MARK}{seed}"), config
 
 
 def load_exported(name: str | None = None, revision: str | None = None, *, folder: str | Path,

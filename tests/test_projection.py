@@ -196,12 +196,21 @@ def test_a_named_run_resolves_to_the_main_tables_config_at_each_seed():
         experiment, config = resolve_run(profile, "dream", "default", seed)
         assert experiment.name == "default" and config == jobs[name]
     assert resolve_run(profile, "dream")[1] != profile.config  # the tuned values are applied
-    # and it is the checkpoint behind the committed main table's number at each of its seeds
+    # main_table_encoder (the mteb example) loads the checkpoint behind the committed main table's number at each of
+    # its seeds; a profile's base config (no tuned values) names another
+    from dreambench.mteb_encoder import main_table_run
+
     results = PROJECT_ROOT / "reports" / "results" / "mini" / "dream"
     for seed, folder in ((0, "default"), (1, "default@seed1"), (2, "default@seed2")):
         record = json.loads((results / folder / "nano-scifact.json").read_text())
-        method = METHODS.get("dream")(resolve_run(profile, "dream", "default", seed)[1], Workspace.resolve(), folder)
+        name, config = main_table_run("dream", "mini", seed)
+        assert name == folder
+        method = METHODS.get("dream")(config, Workspace.resolve(), name)
         assert method.checkpoint_dir().name == Path(record["training"]["checkpoint_dir"]).name, seed
+    record = json.loads((results / "default" / "nano-scifact.json").read_text())  # seed 0, the base config's seed
+    untuned = METHODS.get("dream")(profile.config, Workspace.resolve(), "default")
+    assert profile.config.train.seed == 0
+    assert untuned.checkpoint_dir().name != Path(record["training"]["checkpoint_dir"]).name
     with pytest.raises(ValueError, match="--experiment 'nope': not an experiment of dream"):
         resolve_run(profile, "dream", "nope")
     with pytest.raises(ValueError, match="--seed expects a non-negative integer"):

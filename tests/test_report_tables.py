@@ -46,28 +46,32 @@ def test_the_best_mean_of_each_column_is_bold_in_the_display_table():
     assert list(shown["d"]) == ["**0.5000**", "0.2500"]
 
 
-def test_training_curves_give_every_row_its_own_colour_and_keep_the_legend_on_the_figure(tmp_path, monkeypatch):
-    """Fifteen rows (more than matplotlib's ten-colour cycle) with long labels: no two rows share a colour, and
-    every legend entry lies inside the saved figure."""
+@pytest.mark.parametrize("rows", [15, 25])
+def test_training_curves_give_every_row_its_own_colour_and_keep_the_legend_on_the_figure(tmp_path, monkeypatch, rows):
+    """More rows than matplotlib's ten-colour cycle, with long labels, over three seeds: no two rows share a colour,
+    and every legend entry lies inside the saved figure (past ~20 entries, in two columns)."""
+    from matplotlib.colors import to_rgba
+
     from dreambench.evaluation.metrics import MAIN_METRIC
     from dreambench.report import figures
 
     curve = {"step": [1, 2, 3], "loss": [1.0, 0.9, 0.8], "tau": [0.1, 0.1, 0.1]}
-    rows = [("dream", "default" if i == 0 else f"heads-random-middle-{i}", seed) for i in range(15) for seed in (0, 1)]
-    frame = pd.DataFrame({"metric": MAIN_METRIC, "method": [m for m, _, _ in rows],
-                          "experiment": [e for _, e, _ in rows], "seed": [s for _, _, s in rows],
-                          "training": [{"curve": curve}] * len(rows)})  # fmt: skip
+    runs = [("dream", "default" if i == 0 else f"heads-random-middle-{i}", seed)
+            for i in range(rows) for seed in (0, 1, 2)]  # fmt: skip
+    frame = pd.DataFrame({"metric": MAIN_METRIC, "method": [m for m, _, _ in runs],
+                          "experiment": [e for _, e, _ in runs], "seed": [s for _, _, s in runs],
+                          "training": [{"curve": curve}] * len(runs)})  # fmt: skip
     seen = {}
 
     def capture(fig, path, dpi):
         fig.canvas.draw()
-        seen["figure"] = fig.bbox
         (legend,) = fig.legends
-        seen["entries"] = [text.get_window_extent() for text in legend.get_texts()]
-        seen["colours"] = [line.get_color() for line in legend.get_lines()][:15]
+        seen.update(figure=fig.bbox, entries=[text.get_window_extent() for text in legend.get_texts()],
+                    colours=[to_rgba(line.get_color()) for line in legend.get_lines()][:rows])  # fmt: skip
 
     monkeypatch.setattr(figures, "save_figure", capture)
     assert figures.plot_training_curves(frame, tmp_path / "curves.png", {"tau": "τ"})
-    assert len(seen["entries"]) == 15 + 2  # a colour a row, a line style a seed
-    assert all(box.x0 >= seen["figure"].x0 and box.x1 <= seen["figure"].x1 for box in seen["entries"])
-    assert len({tuple(c) if not isinstance(c, str) else c for c in seen["colours"]}) == 15
+    assert len(seen["entries"]) == rows + 3  # a colour a row, a line style a seed
+    box = seen["figure"]
+    assert all(box.x0 <= e.x0 and e.x1 <= box.x1 and box.y0 <= e.y0 and e.y1 <= box.y1 for e in seen["entries"])
+    assert len(set(seen["colours"])) == rows

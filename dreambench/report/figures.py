@@ -183,11 +183,13 @@ def plot_training_curves(frame: pd.DataFrame, path: Path, curve_titles: Mapping[
     labels = sorted({row for row, _ in runs})
     seeds = sorted({seed or 0 for _, seed in runs})
     styles = ("-", "--", ":", "-.")  # a method's colour, a seed's line style
-    # matplotlib's ten-colour cycle repeats from the eleventh row: past ten rows, tab20's twenty colours
-    palette = plt.get_cmap("tab20") if len(labels) > 10 else None
+    # matplotlib's ten-colour cycle repeats from the eleventh row: past ten rows, tab20's darks then its lights (so
+    # neighbouring rows differ in hue), then tab20b's and tab20c's: sixty colours
+    palette = [plt.get_cmap(name)(j) for name in ("tab20", "tab20b", "tab20c") for j in (*range(0, 20, 2),
+               *range(1, 20, 2))] if len(labels) > 10 else []  # fmt: skip
 
     def colour(i: int):
-        return palette(i % 20) if palette is not None else f"C{i}"
+        return palette[i % len(palette)] if palette else f"C{i}"
 
     for (row, seed), curve in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         look = {"color": colour(labels.index(row)), "linestyle": styles[seeds.index(seed or 0) % len(styles)],
@@ -207,11 +209,14 @@ def plot_training_curves(frame: pd.DataFrame, path: Path, curve_titles: Mapping[
     handles = [Line2D([], [], color=colour(i), label=row) for i, row in enumerate(labels)]
     handles += [Line2D([], [], color="0.3", linestyle=styles[i % len(styles)], label=f"seed {seed}")
                 for i, seed in enumerate(seeds)] if len(seeds) > 1 else []  # fmt: skip
-    # the legend's column: its line sample and gap (~0.5 in) and the longest label at 8 pt (~0.065 in a character)
-    legend_in = max(1.6, 0.55 + 0.065 * max(len(h.get_label()) for h in handles))
-    fig.set_figwidth(fig.get_figwidth() + max(0.0, legend_in - 1.6))
+    # the legend beside the panels, in as many columns as the figure's height needs (~20 entries at 8 pt), as wide
+    # as the renderer measures it: the figure grows by what it needs past the 1.6 in kept for it
+    legend = fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), ncol=1 + (len(handles) - 1) // 20,
+                        fontsize=8, frameon=False)  # fmt: skip
+    fig.canvas.draw()
+    legend_in = max(1.6, legend.get_window_extent().width / fig.dpi + 0.1)
+    fig.set_figwidth(fig.get_figwidth() + legend_in - 1.6)
     fig.tight_layout(rect=(0, 0, 1 - legend_in / fig.get_figwidth(), 1))
-    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1 - (legend_in - 0.05) / fig.get_figwidth(), 0.5),
-               fontsize=8, frameon=False)  # fmt: skip
+    legend.set_bbox_to_anchor((1 - (legend_in - 0.05) / fig.get_figwidth(), 0.5))
     save_figure(fig, path, dpi=110)
     return True
