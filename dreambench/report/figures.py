@@ -211,8 +211,9 @@ def plot_training_curves(frame: pd.DataFrame, path: Path, curve_titles: Mapping[
                 for i, seed in enumerate(seeds)] if len(seeds) > 1 else []  # fmt: skip
     # the legend beside the panels, in as many columns as the figure's height needs (~20 entries at 8 pt), as wide
     # as the renderer measures it: the figure grows by what it needs past the 1.6 in kept for it
-    legend = fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), ncol=1 + (len(handles) - 1) // 20,
-                        fontsize=8, frameon=False)  # fmt: skip
+    columns = 1 + (len(handles) - 1) // 20
+    legend = fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), ncol=columns, fontsize=8,
+                        frameon=False)  # fmt: skip
     fig.canvas.draw()
     legend_in = max(1.6, legend.get_window_extent().width / fig.dpi + 0.1)
     fig.set_figwidth(fig.get_figwidth() + legend_in - 1.6)
