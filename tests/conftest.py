@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from dreambench.workspace import PROJECT_ROOT, Workspace
+
+# Keep the bytecode this run compiles. Where PYTHONDONTWRITEBYTECODE is set (some CI images set it) nothing is
+# kept, and each process the suite starts (torchrun ranks, run_all.py, the GPU check) compiles torch and
+# transformers anew: ~300 s more over the suite. install.sh compiles nothing up front; only what is imported is.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 SHARED_DATASETS = PROJECT_ROOT.parent / "shared" / "datasets"
 
