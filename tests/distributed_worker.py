@@ -3,6 +3,7 @@
     python tests/distributed_worker.py train  CACHE OUT_DIR STOP_AT RESULT.pt
     python tests/distributed_worker.py encode CACHE RESULT.pt
     python tests/distributed_worker.py likelihoods CACHE RESULT.pt
+    python tests/distributed_worker.py TASK ARGS... + TASK ARGS... (several, in order, in one launch)
 
 ``train``: InfoNCE on the smoke profile through the trainer core (``grad_accum`` 4: two micro-batches per rank
 under two processes), stopping after step STOP_AT (0: run to the end) as a killed run would, with its last
@@ -81,13 +82,24 @@ def likelihoods(cache: str, result: str) -> None:
         torch.save({"likelihoods": method.likelihoods, "cache": method.cache_stats["likelihood_cache"]}, result)
 
 
+def tasks(argv: list[str]) -> list[list[str]]:
+    """``A x + B y`` → ``[[A, x], [B, y]]``: one launch (its imports and process group, ~10 s) runs them all."""
+    out: list[list[str]] = [[]]
+    for word in argv:
+        if word == "+":
+            out.append([])
+        else:
+            out[-1].append(word)
+    return out
+
+
 if __name__ == "__main__":
     distributed.init_from_env()
-    mode, *args = sys.argv[1:]
-    if mode == "train":
-        train(args[0], args[1], int(args[2]), args[3])
-    elif mode == "likelihoods":
-        likelihoods(*args)
-    else:
-        encode(*args)
-    distributed.barrier()
+    for mode, *args in tasks(sys.argv[1:]):
+        if mode == "train":
+            train(args[0], args[1], int(args[2]), args[3])
+        elif mode == "likelihoods":
+            likelihoods(*args)
+        else:
+            encode(*args)
+        distributed.barrier()

@@ -45,24 +45,36 @@ def _same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> flo
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
-def test_two_processes_train_like_one_and_resume_under_one(tmp_path):
-    cache = str(tmp_path / "cache")
-    launch(1, "train", cache, str(tmp_path / "one"), "0", str(tmp_path / "one.pt"))
-    launch(2, "train", cache, str(tmp_path / "two"), "0", str(tmp_path / "two.pt"))
-    # a two-process run killed after step 2 (its checkpoint on disk), finished by one process
-    launch(2, "train", cache, str(tmp_path / "resumed"), "2", str(tmp_path / "half.pt"))
-    assert json.loads((tmp_path / "resumed" / "train_log.jsonl").read_text().splitlines()[-1])["step"] == 2
-    launch(1, "train", cache, str(tmp_path / "resumed"), "0", str(tmp_path / "resumed.pt"))
+@pytest.fixture(scope="module")
+def worker_runs(tmp_path_factory) -> Path:
+    """The worker's tasks in two launches, not one each (every launch pays ~10 s of imports and set-up): under two
+    processes, a training run, the same run stopped after step 2 as a killed one would (its checkpoint on disk),
+    sharded encoding and sharded judge likelihoods; then under one process the same tasks, and the stopped run
+    resumed."""
+    root = tmp_path_factory.mktemp("workers")
+    cache = str(root / "cache")
+    launch(2, "train", cache, str(root / "two"), "0", str(root / "two.pt"),
+           "+", "train", cache, str(root / "resumed"), "2", str(root / "half.pt"),
+           "+", "encode", cache, str(root / "encode-two.pt"),
+           "+", "likelihoods", str(root / "likelihoods-two"), str(root / "likelihoods-two.pt"))  # fmt: skip
+    assert json.loads((root / "resumed" / "train_log.jsonl").read_text().splitlines()[-1])["step"] == 2
+    launch(1, "train", cache, str(root / "one"), "0", str(root / "one.pt"),
+           "+", "train", cache, str(root / "resumed"), "0", str(root / "resumed.pt"),
+           "+", "encode", cache, str(root / "encode-one.pt"),
+           "+", "likelihoods", str(root / "likelihoods-one"), str(root / "likelihoods-one.pt"))  # fmt: skip
+    return root
 
-    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
-    half, resumed = torch.load(tmp_path / "half.pt"), torch.load(tmp_path / "resumed.pt")
+
+def test_two_processes_train_like_one_and_resume_under_one(worker_runs):
+    one, two = torch.load(worker_runs / "one.pt"), torch.load(worker_runs / "two.pt")
+    half, resumed = torch.load(worker_runs / "half.pt"), torch.load(worker_runs / "resumed.pt")
     moved = _same_weights(one, half)  # what steps 3 and 4 changed
     print(f"one vs two {_same_weights(one, two):.2e}, one vs resumed {_same_weights(one, resumed):.2e}, "
           f"steps 3-4 moved {moved:.2e}")
     assert _same_weights(one, two) < WEIGHT_ATOL
     assert _same_weights(one, resumed) < WEIGHT_ATOL
     assert moved > 100 * WEIGHT_ATOL
-    logs = [[json.loads(line) for line in (tmp_path / run / "train_log.jsonl").read_text().splitlines()]
+    logs = [[json.loads(line) for line in (worker_runs / run / "train_log.jsonl").read_text().splitlines()]
             for run in ("one", "two", "resumed")]  # fmt: skip
     assert [r["step"] for r in logs[1]] == [r["step"] for r in logs[0]] == [r["step"] for r in logs[2]]
     for a, b in zip(logs[0], logs[1], strict=True):  # the logged loss is the global batch's, on rank 0
@@ -70,24 +82,29 @@ def test_two_processes_train_like_one_and_resume_under_one(tmp_path):
         assert a["tokens_per_s"] > 0 and b["tokens_per_s"] > 0
 
 
-def test_sharded_encoding_equals_one_process(tmp_path):
-    cache = str(tmp_path / "cache")
-    launch(1, "encode", cache, str(tmp_path / "one.pt"))
-    launch(2, "encode", cache, str(tmp_path / "two.pt"))
-    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+def test_sharded_encoding_equals_one_process(worker_runs):
+    one, two = torch.load(worker_runs / "encode-one.pt"), torch.load(worker_runs / "encode-two.pt")
     assert torch.equal(one["embeddings"], two["embeddings"])  # the same batches: bit-identical
     assert one["tokens"] == two["tokens"] > 0
     assert one["truncated"] == two["truncated"] > 0  # texts cut to the length cap, counted over the ranks
     assert one["embeddings"].abs().sum(dim=1).min() > 0  # every row was filled by some rank
 
 
-def test_sharded_judge_likelihoods_equal_one_process_and_fill_one_cache(tmp_path):
-    launch(1, "likelihoods", str(tmp_path / "one"), str(tmp_path / "one.pt"))
-    launch(2, "likelihoods", str(tmp_path / "two"), str(tmp_path / "two.pt"))
-    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+def test_sharded_judge_likelihoods_equal_one_process_and_fill_one_cache(worker_runs):
+    one, two = torch.load(worker_runs / "likelihoods-one.pt"), torch.load(worker_runs / "likelihoods-two.pt")
     assert one["likelihoods"] == two["likelihoods"] and len(one["likelihoods"]) == 8  # every instance, same ℓ
     lines = Path(two["cache"]).read_text().splitlines()
     assert sorted(json.loads(line)["id"] for line in lines) == sorted(one["likelihoods"])  # each once
+
+
+def test_the_worker_splits_its_tasks_at_plus_signs():
+    sys.path.insert(0, str(WORKER.parent))
+    try:
+        from distributed_worker import tasks
+    finally:
+        sys.path.remove(str(WORKER.parent))
+    assert tasks(["encode", "c", "r.pt", "+", "train", "c", "o", "2", "h.pt"]) == [
+        ["encode", "c", "r.pt"], ["train", "c", "o", "2", "h.pt"]]  # fmt: skip
 
 
 def test_run_all_under_torchrun_gives_the_single_process_results(tmp_path):
