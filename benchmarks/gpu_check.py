@@ -62,8 +62,8 @@ def install_wheels(folder: Path) -> None:
 
 
 def gpu_tests(cpu: bool) -> dict:
-    """``pytest -m gpu`` over every test file on a CUDA machine; in CPU mode two kernel-vs-reference tests of one
-    file (the same invocation)."""
+    """``pytest -m gpu`` over every test file on a CUDA machine; in CPU mode, through the same invocation, two
+    kernel-vs-reference cases of one file (the compiled one runs in the main test suite)."""
     kernel = "tests/test_attention.py::test_kernel_equals_reference_values_and_gradients"
     # CPU mode: the fused kernel's cases without torch.compile (whose first capture alone takes ~25 s on 2 cores)
     selection = [f"{kernel}[True-False]", f"{kernel}[False-False]"] if cpu else ["tests", "-m", "gpu"]

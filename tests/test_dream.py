@@ -256,9 +256,9 @@ def test_prefix_cached_judge_equals_the_full_pass_on_smollm2():
     project cache, where the other real-model tests find it too: dequantising takes ~35 s (transformers' GGUF
     reader), once for the whole run."""
     from dreambench.models.lm import LanguageModel
-    from dreambench.workspace import Workspace
+    from dreambench.workspace import PROJECT_ROOT, Workspace
 
-    judge = LanguageModel.load("smollm2-135m-instruct", Workspace.resolve()).eval()
+    judge = LanguageModel.load("smollm2-135m-instruct", Workspace.resolve(cache_dir=PROJECT_ROOT / "cache")).eval()
     inputs, scores, plan = judge_case(judge, 0.5)
     full = judge.target_loss(inputs, plan)
     (full_grad,) = torch.autograd.grad(full, scores, retain_graph=True)

@@ -92,10 +92,10 @@ def test_shipped_sets_fit_the_evaluation_budget():
     from dreambench.models.backbones import load_tokenizer
     from dreambench.profiles import PROFILES
     from dreambench.tasks import load_task
-    from dreambench.workspace import Workspace
+    from dreambench.workspace import PROJECT_ROOT, Workspace
 
     model = PROFILES.get("mini").config.model
-    workspace = Workspace.resolve()
+    workspace = Workspace.resolve(cache_dir=PROJECT_ROOT / "cache")  # the dequantised model the other tests read
     tokenizer = load_tokenizer(model.backbone, workspace)
 
     def tokens(texts, prefix, limit):
