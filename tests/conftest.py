@@ -14,7 +14,7 @@ from dreambench.workspace import PROJECT_ROOT, Workspace
 
 # Keep the bytecode this run compiles. Where PYTHONDONTWRITEBYTECODE is set (some CI images set it) nothing is
 # kept, and each process the suite starts (torchrun ranks, run_all.py, the GPU check) compiles torch and
-# transformers anew: ~300 s more over the suite. install.sh compiles nothing up front; only what is imported is.
+# transformers anew: 930 s of tests against 669 s. install.sh compiles nothing up front; only what is imported is.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 # Under pytest-xdist (``-n auto``: a worker a core), one thread a worker, and for the processes it starts: two
