@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +38,6 @@ from .training.trainer import (
     Trainer,
     load_torch_file,
     load_trainable_state,
-    readable_torch_file,
     seed_everything,
     trainable_state,
 )
@@ -86,20 +85,6 @@ def register_method(name: str):
     return decorator
 
 
-def checkpoint_state(folder: Path) -> str:
-    """A training run's cache state, as ``--dry-run`` prints it."""
-    final, checkpoint = folder / "final.pt", folder / "checkpoint.pt"
-    if readable_torch_file(final):
-        return "trained weights cached"
-    if final.is_file() and not readable_torch_file(checkpoint):
-        return f"trains again: {final} is unreadable"
-    if readable_torch_file(checkpoint):
-        return "resumes training from its last checkpoint"
-    if checkpoint.is_file():
-        return f"trains from the start: {checkpoint} is unreadable"
-    return "trains first"
-
-
 @dataclass(frozen=True)
 class NoParams:
     pass
@@ -118,9 +103,18 @@ class Method(abc.ABC):
     run_order: ClassVar[int] = 50
     # and shows its rows in this order (DREAM Table 1's: lexical and untrained references, baselines, DREAM)
     row_order: ClassVar[int] = 5
+    # further main-table rows of the same method: (experiment name, overrides), e.g. PromptReps' three scorings
+    main_variants: ClassVar[tuple[tuple[str, Mapping[str, Any]], ...]] = ()
+    reads_backbone: ClassVar[bool] = True  # whether model.backbone changes it (the paper's backbone experiments)
     # a trained method's own tuning axes, searched after the profile's learning-rate axis (``--tune``):
     # ((dotted key, candidate values), ...), the first value of each being the method's default
     tuning_knobs: ClassVar[tuple[tuple[str, tuple[Any, ...]], ...]] = ()
+
+    @classmethod
+    def needs_online(cls, config: RunConfig) -> str:
+        """What this method needs that no offline package ships under ``config`` ("" when it runs offline): an
+        offline profile's main table lists such a method with this text instead of running it."""
+        return ""
 
     def __init__(self, config: RunConfig, workspace: Workspace, experiment: str = "default"):
         self.config = config

@@ -54,6 +54,10 @@ class Profile:
     # the method: main table, seeds and ablations alike)
     tuning: Mapping[str, Grid] = field(default_factory=dict)
     tuned: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # the training seeds every grid point runs at (selection by the mean held-out MRR); empty: train.seed only
+    tuning_seeds: tuple[int, ...] = ()
+    # whether it runs without the internet (a main-table method that needs it is listed, not run)
+    offline: bool = True
     # training seeds of the main table's trained methods in the default run (``--seeds`` overrides);
     # empty: the config's train.seed only
     seeds: tuple[int, ...] = ()
@@ -67,25 +71,41 @@ LR_AXIS = ("train.lr", (3e-4, 1e-3, 3e-3))
 PAPER_BACKBONES = ("qwen2.5-0.5b", "llama-3.2-1b", "llama-3.2-3b")  # DREAM Table 1's retrievers
 
 
-def main_experiments(tuned: Mapping[str, Mapping[str, Any]]) -> tuple[Experiment, ...]:
-    """Every method whose adapter declares ``main_table``, in its declared run order, at the tuned values."""
+def main_experiments(tuned: Mapping[str, Mapping[str, Any]], offline: RunConfig | None = None) -> tuple[Experiment, ...]:
+    """Every method whose adapter declares ``main_table``, in its declared run order, at the tuned values, with
+    its declared variants; ``offline``: an offline profile's config, under which a method that needs the
+    internet is left out (the report lists it: :func:`online_only`)."""
     ranked = sorted((cls.run_order, name) for name, cls in METHODS.items() if cls.main_table)
-    return tuple(Experiment(name, overrides=dict(tuned.get(name, {}))) for _, name in ranked)
+    runs = [name for _, name in ranked if offline is None or not METHODS.get(name).needs_online(offline)]
+    return tuple(
+        Experiment(name, variant, {**tuned.get(name, {}), **overrides}, "main", f"{name}, {variant}")
+        for name in runs
+        for variant, overrides in (("default", {}), *METHODS.get(name).main_variants)
+    )
 
 
-def tuning_grids(lr_axis: tuple[str, tuple[Any, ...]]) -> dict[str, Grid]:
-    """The same procedure and the same learning-rate axis for every trained main-table method, then the axes its
-    adapter declares (``tuning_knobs``); in the report's row order."""
+def online_only(profile: Profile) -> dict[str, str]:
+    """The main-table methods an offline profile leaves out, with what each needs."""
+    if not profile.offline:
+        return {}
+    needs = {name: cls.needs_online(profile.config) for name, cls in METHODS.items() if cls.main_table}
+    return {name: text for name, text in sorted(needs.items()) if text}
+
+
+def tuning_grids(lr_axis: tuple[str, tuple[Any, ...]], knobs: bool = True) -> dict[str, Grid]:
+    """The same procedure and the same learning-rate axis for every trained main-table method, then (``knobs``)
+    the axes its adapter declares (``tuning_knobs``); in the report's row order."""
     ranked = sorted(
         (cls.row_order, name) for name, cls in METHODS.items() if cls.main_table and cls.trainable
     )
-    return {name: (lr_axis, *METHODS.get(name).tuning_knobs) for _, name in ranked}
+    return {name: (lr_axis, *(METHODS.get(name).tuning_knobs if knobs else ())) for _, name in ranked}
 
 
 def _paper_backbones() -> tuple[Experiment, ...]:
     """Table 1's other two retriever backbones for every dense main-table method (the profile's own is the
     default)."""
-    dense = [e.method for e in main_experiments({}) if issubclass(METHODS.get(e.method), DenseMethod)]
+    dense = [e.method for e in main_experiments({})
+             if e.name == "default" and issubclass(cls := METHODS.get(e.method), DenseMethod) and cls.reads_backbone]
     return tuple(
         Experiment(method, backbone, {"model.backbone": backbone}, "main", f"retriever backbone {backbone}")
         for backbone in PAPER_BACKBONES[1:]
@@ -189,7 +209,7 @@ def _mini() -> Profile:
         # the Fig. 2 ablation (selected vs random heads: the mechanism the paper's method rests on) runs the main
         # table's three seeds, since DREAM's runs at this budget either learn or barely move depending on the seed
         # (README, "Budgets"); the other ablations one seed each, to fit the budget
-        experiments=main_experiments(MINI_TUNED)
+        experiments=main_experiments(MINI_TUNED, MINI_CONFIG)
         + study_experiments(
             MINI_CONFIG,
             MINI_TUNED,
@@ -267,6 +287,7 @@ def _paper() -> Profile:
         name="paper",
         description="DREAM paper settings (Llama-3.1-8B-Instruct judge, K=16, 1500 steps × 32): GPU + internet",
         config=PAPER_CONFIG,
+        offline=False,
         experiments=main_experiments({})
         + _paper_backbones()
         + study_experiments(PAPER_CONFIG, {}, {"dream": {}}),
@@ -297,7 +318,7 @@ def _gpu() -> Profile:
         description=f"one GPU: the offline models and data of mini at 32 instances a step, {GPU_STEPS} steps "
         f"({GPU_STEPS * 32 / 48_000:.0%} of DREAM's 1500 × 32), evaluation at 2,048 tokens",
         config=GPU_CONFIG,
-        experiments=main_experiments({})
+        experiments=main_experiments({}, GPU_CONFIG)
         + study_experiments(
             GPU_CONFIG, {}, {"dream": {"datasets": ("wiki-desc2lead", "nano-scifact", "nano-arguana"),
                                        "head_selection_seeds": (0, 1, 2),

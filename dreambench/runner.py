@@ -15,13 +15,13 @@ from .config import ConfigError, RunConfig, fingerprint, to_jsonable
 from .data.beir import DatasetFormatError, RetrievalData, validate_beir_folder
 from .data.training import check_candidate_pools, load_training_data, training_data_folder
 from .evaluation.metrics import MAIN_METRIC, MEASURES, drop_identical_ids, evaluate, top_k
-from .method import METHODS, LexicalMethod, Method, checkpoint_state
+from .method import METHODS, LexicalMethod, Method
 from .models.backbones import BACKBONES
 from .plan import Job, dataset_signature, resource_estimate
 from .projection import Calibration, eval_seconds, hours, train_seconds
 from .results import ResultKey, cached_result, write_result
 from .tasks import DatasetUnavailable, load_task, locate, task_spec
-from .training.trainer import TrainingDiverged, readable_torch_file
+from .training.trainer import TrainingDiverged, checkpoint_state, readable_torch_file
 from .workspace import Workspace, file_lock, write_json_atomic
 
 log = logging.getLogger(__name__)

@@ -4,12 +4,13 @@ Each profile declares, per trained method, a small grid: an ordered list of axes
 its candidate values; the learning rate first for every method). The search is coordinate-wise, one axis at a
 time in the declared order: every value of the axis is trained with the axes already searched at their
 chosen values and the others at the profile's values, and the value with the best held-out MRR of the target
-among the K candidates is kept (ties go to the earlier value in the grid). Every point trains with the
-profile's full budget and seed, and is scored on the held-out training-format instances (articles never
-trained on) — never on an evaluation set.
+among the K candidates, averaged over the profile's tuning seeds (``Profile.tuning_seeds``), is kept (ties go
+to the earlier value in the grid). Every point trains with the profile's full budget at each tuning seed, and
+is scored on the held-out training-format instances (articles never trained on) — never on an evaluation set.
 
 A point is an ordinary training run: its checkpoint is keyed by the configuration like any other, so an
-interrupted search resumes, and the chosen point *is* the main table's seed-0 run (trained once). The
+interrupted search resumes, and the chosen point's runs *are* the main table's runs at those seeds (trained
+once). The
 results go to ``<results>/<profile>/tuning/<method>.json`` (every point, its held-out scores, losses and
 time; which was chosen); the chosen values are committed in the profile (``Profile.tuned``) so the default
 run does not re-tune, and the report's *Tuning* section shows every point and whether the committed values
@@ -25,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, apply_overrides, check_ranges, fingerprint, to_jsonable
-from .method import METHODS, checkpoint_state
+from .method import METHODS
 from .profiles import Profile
 from .results import load_tuning
 from .runner import held_lock
-from .training.trainer import TrainingDiverged
+from .training.trainer import TrainingDiverged, checkpoint_state
 from .workspace import Workspace, git_info, machine_info, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -86,9 +87,41 @@ def _train_and_score(method: str, config: RunConfig, workspace: Workspace) -> di
     }
 
 
+def tuning_seeds(profile: Profile, config: RunConfig) -> tuple[int, ...]:
+    """The training seeds every grid point runs at: the profile's ``tuning_seeds``, else the config's seed."""
+    return tuple(profile.tuning_seeds) or (config.train.seed,)
+
+
+MEANS = ("heldout_mrr", "heldout_top1", "heldout_mrr_before", "first_loss", "final_loss", "tau", "gate")
+
+
+def _score_point(method: str, config: RunConfig, seeds: Sequence[int], workspace: Workspace) -> dict[str, Any]:
+    """One grid point trained at every seed: the mean of each score over the seeds (None where a seed failed),
+    the summed training time, and each seed's own record."""
+    runs = []
+    for seed in seeds:
+        seeded = apply_overrides(config, {"train.seed": seed}, where=f"tuning {method} seed {seed}")
+        runs.append({"seed": seed, **_train_and_score(method, seeded, workspace)})
+    point: dict[str, Any] = {"seeds": runs}
+    for key in MEANS:
+        values = [r.get(key) for r in runs]
+        if any(v is not None for v in values):
+            ok = all(v is not None and math.isfinite(v) for v in values)
+            point[key] = sum(values) / len(values) if ok else None
+    for key in ("tau_start", "gate_start", "chance_loss"):
+        if key in runs[0]:
+            point[key] = runs[0][key]
+    point["train_seconds"] = sum(r.get("train_seconds") or 0 for r in runs)
+    failed = [f"seed {r['seed']}: {r['failed']}" for r in runs if r.get("failed")]
+    if failed:
+        point["failed"] = "; ".join(failed)
+    return point
+
+
 def tune(profile: Profile, config: RunConfig, method: str, workspace: Workspace) -> dict[str, Any]:
     """Run (or resume) the coordinate search for ``method``; write and return its tuning record."""
     grid = profile.tuning[method]
+    seeds = tuning_seeds(profile, config)
     path = tuning_path(workspace.results_dir, profile.name, method)
     chosen: dict[str, Any] = {}
     points: list[dict[str, Any]] = []
@@ -100,19 +133,20 @@ def tune(profile: Profile, config: RunConfig, method: str, workspace: Workspace)
             point_config = apply_overrides(config, overrides, where=f"tuning {method}")
             ident = fingerprint(point_config)
             if ident not in seen:  # a point already trained in an earlier axis is not trained again
-                log.info("tuning %s: %s", method, _label(overrides))
-                seen[ident] = _train_and_score(method, point_config, workspace)
+                log.info("tuning %s: %s (seeds %s)", method, _label(overrides), ", ".join(map(str, seeds)))
+                seen[ident] = _score_point(method, point_config, seeds, workspace)
             record = {"axis": key, "value": value, "overrides": dict(overrides), **seen[ident]}
             points.append(record)
             scored.append(record)
-            _write(path, profile, config, method, grid, points, chosen, complete=False)
+            _write(path, profile, config, method, grid, seeds, points, chosen, complete=False)
         usable = [r for r in scored if r.get("heldout_mrr") is not None and math.isfinite(r["heldout_mrr"])]
         if not usable:
             raise RuntimeError(f"tuning {method}: no point of axis {key} trained (see {path})")
         best = max(usable, key=lambda r: r["heldout_mrr"])  # max keeps the first of equal scores
         chosen[key] = best["value"]
-        log.info("tuning %s: %s = %s (held-out MRR %.4f)", method, key, best["value"], best["heldout_mrr"])
-    return _write(path, profile, config, method, grid, points, chosen, complete=True)
+        log.info("tuning %s: %s = %s (held-out MRR %.4f, mean of %d seeds)", method, key, best["value"],
+                 best["heldout_mrr"], len(seeds))  # fmt: skip
+    return _write(path, profile, config, method, grid, seeds, points, chosen, complete=True)
 
 
 def describe(profile: Profile, config: RunConfig, method: str, workspace: Workspace) -> list[str]:
@@ -123,7 +157,9 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
     stored = load_tuning(workspace.results_dir, profile.name).get(method) or {}
     done = {(p["axis"], repr(p["value"])): p for p in stored.get("points", [])}
     axes = f"{len(grid)} {'axis' if len(grid) == 1 else 'axes'}"
-    lines = [f"{method}: {axes}, coordinate search in this order, {config.train.steps} steps per point"]
+    seeds = tuning_seeds(profile, config)
+    lines = [f"{method}: {axes}, coordinate search in this order, {config.train.steps} steps per point at seed"
+             f"{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"]  # fmt: skip
     chosen: dict[str, Any] = {}
     for index, (key, values) in enumerate(grid):
         lines.append(f"  {key}: {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in values)}")
@@ -133,8 +169,10 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
                 mrr = point.get("heldout_mrr")
                 lines.append(f"    {value!s:<10} done: held-out MRR {'failed' if mrr is None else f'{mrr:.4f}'}")
                 continue
-            folder = METHODS.get(method)(apply_overrides(config, {**chosen, key: value}), workspace, "tune")
-            lines.append(f"    {value!s:<10} {checkpoint_state(folder.checkpoint_dir())} -> {folder.checkpoint_dir()}")
+            for seed in seeds:
+                point_config = apply_overrides(config, {**chosen, key: value, "train.seed": seed})
+                folder = METHODS.get(method)(point_config, workspace, "tune").checkpoint_dir()
+                lines.append(f"    {value!s:<10} seed {seed}: {checkpoint_state(folder)} -> {folder}")
         scored = [done[(key, repr(v))] for v in values if (key, repr(v)) in done]
         usable = [p for p in scored if p.get("heldout_mrr") is not None and math.isfinite(p["heldout_mrr"])]
         if len(scored) < len(values) or not usable:
@@ -146,13 +184,15 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
     return lines
 
 
-def _write(path: Path, profile: Profile, config: RunConfig, method: str, grid: Any, points: list[dict[str, Any]],
-           chosen: dict[str, Any], complete: bool) -> dict[str, Any]:  # fmt: skip
+def _write(path: Path, profile: Profile, config: RunConfig, method: str, grid: Any, seeds: Sequence[int],
+           points: list[dict[str, Any]], chosen: dict[str, Any], complete: bool) -> dict[str, Any]:  # fmt: skip
     record = {
         "profile": profile.name,
         "method": method,
-        "selection": f"held-out {SELECTION_METRIC} of the target among K (coordinate search, axes in order)",
+        "selection": f"held-out {SELECTION_METRIC} of the target among K, mean over the seeds (coordinate search, "
+        "axes in order)",
         "grid": [[key, list(values)] for key, values in grid],
+        "seeds": list(seeds),
         "base_fingerprint": fingerprint(config),
         "points": points,
         "chosen": chosen if complete else None,

@@ -21,14 +21,17 @@ bidirectional mask, which has the same interface.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
+from dreambench.config import RunConfig, method_params
 from dreambench.evaluation.metrics import Run
 from dreambench.method import register_method
 from dreambench.models.backbones import (
+    BACKBONES,
     autocast_dtype,
     checkpoint_path,
     default_device,
@@ -70,6 +73,16 @@ class DiffRetriever(PromptReps):
     Params = DiffRetrieverParams
     run_order = 1
     row_order = 1
+    reads_backbone = False  # its own diffusion LM (methods.diffretriever.model)
+    main_variants = (("dense", {"methods.diffretriever.scoring": "dense"}),
+                     ("sparse", {"methods.diffretriever.scoring": "sparse"}))  # fmt: skip
+
+    @classmethod
+    def needs_online(cls, config: RunConfig) -> str:
+        model = method_params(cls.Params, config, cls.name).model
+        if model in BACKBONES or Path(model).expanduser().is_dir():
+            return ""  # built from a config (the tests' tiny Llama), shipped in a package, or on disk
+        return f"needs the diffusion LM {model} (no offline package ships one): online only"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

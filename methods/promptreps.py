@@ -130,6 +130,8 @@ class PromptReps(DenseMethod):
     Params = PromptRepsParams
     run_order = 1
     row_order = 1
+    main_variants = (("dense", {"methods.promptreps.scoring": "dense"}),
+                     ("sparse", {"methods.promptreps.scoring": "sparse"}))  # fmt: skip
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -5,11 +5,12 @@ import json
 
 import pytest
 
-from dreambench.method import METHODS, checkpoint_state
+from dreambench.method import METHODS
 from dreambench.plan import plan_jobs
 from dreambench.profiles import PROFILES, Experiment, Profile
 from dreambench.results import ResultKey
 from dreambench.runner import Runner
+from dreambench.training.trainer import checkpoint_state
 
 SMOKE = PROFILES.get("smoke").config
 

@@ -59,3 +59,31 @@ def test_every_method_runs_end_to_end_in_the_smoke_profile(name, smoke_run):
         assert payload["geometry"]["pairs"] > 0
     if METHODS.get(name).trainable:
         assert payload["training"]["steps"] == SMOKE.train.steps
+
+
+def test_main_variants_add_rows_and_an_offline_profile_lists_what_needs_the_internet(monkeypatch):
+    """A method's ``main_variants`` become named main-table experiments at the tuned values plus their own
+    overrides; under an offline profile a method whose ``needs_online`` says why is left out of the plan and
+    listed by the report instead; the online ``paper`` profile runs it."""
+    import dataclasses
+
+    from dreambench.profiles import PROFILES, main_experiments, online_only
+    from dreambench.report.sections import _not_run_offline
+
+    for name in ("promptreps", "diffretriever"):
+        monkeypatch.setattr(METHODS.get(name), "main_table", True)
+    mini = PROFILES.get("mini")
+    offline = main_experiments({"promptreps": {"methods.promptreps.alpha": 0.25}}, mini.config)
+    rows = {(e.method, e.name): dict(e.overrides) for e in offline}
+    assert rows[("promptreps", "default")] == {"methods.promptreps.alpha": 0.25}
+    assert rows[("promptreps", "dense")] == {"methods.promptreps.alpha": 0.25, "methods.promptreps.scoring": "dense"}
+    assert rows[("promptreps", "sparse")]["methods.promptreps.scoring"] == "sparse"
+    assert not any(method == "diffretriever" for method, _ in rows)
+    online = {(e.method, e.name) for e in main_experiments({})}
+    assert {("diffretriever", "default"), ("diffretriever", "dense"), ("diffretriever", "sparse")} <= online
+    needs = METHODS.get("diffretriever").needs_online(mini.config)
+    assert needs.startswith("needs the diffusion LM Dream-org/Dream-v0-Instruct-7B") and needs.endswith("online only")
+    assert METHODS.get("diffretriever").needs_online(PROFILES.get("smoke").config) == ""  # the tiny Llama
+    assert online_only(mini) == {"diffretriever": needs}
+    assert online_only(dataclasses.replace(mini, offline=False)) == {}
+    assert _not_run_offline("mini") == [f"- not in this table: diffretriever, {needs} (it runs under `--profile paper`)"]

@@ -83,9 +83,39 @@ def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(t
     (folder / "revela.json").write_text(json.dumps({"method": "revela", "complete": False, "points": [point]}))
     table, lines = tuning_section(tmp_path, "mini")
     assert len(table) == 1 and table["chosen"].tolist() == [""]
-    committed = dict(PROFILES.get("mini").tuned["revela"])
+    committed = dict(PROFILES.get("mini").tuned.get("revela", {}))
     assert lines[0] == (f"- revela: search incomplete (1 point so far; the main table runs at the profile's values "
                         f"{committed}; resume with `python run_all.py --profile mini --tune --methods revela`; a point whose "
                         "checkpoint is in the cache is loaded, one whose checkpoint is not, e.g. in a fresh clone, is "
                         "trained again).")  # fmt: skip
     assert lines[1].startswith("- not tuned yet (run at the profile's values): dream, infonce, replug; ")
+
+
+def test_each_point_trains_at_every_tuning_seed_and_the_mean_decides(workspace, monkeypatch):
+    """Seed 0 alone would pick lr 1e-3 (0.70 against 0.60); the mean over seeds 0 and 1 picks 3e-4 (0.60 against
+    0.45), and the main table's runs at those seeds are the chosen point's runs."""
+    import dataclasses
+
+    from dreambench import tuning
+    from dreambench.report import tuning_section
+
+    mrr = {(3e-4, 0): 0.60, (3e-4, 1): 0.60, (1e-3, 0): 0.70, (1e-3, 1): 0.20}
+    trained = []
+
+    def fake(method, config, ws):
+        trained.append((config.train.lr, config.train.seed))
+        return {"checkpoint": f"{config.train.lr:g}-{config.train.seed}",
+                "heldout_mrr": mrr[config.train.lr, config.train.seed], "train_seconds": 30.0}  # fmt: skip
+
+    monkeypatch.setattr(tuning, "_train_and_score", fake)
+    profile = dataclasses.replace(PROFILES.get("smoke"), tuning={"infonce": (("train.lr", (3e-4, 1e-3)),)},
+                                  tuning_seeds=(0, 1))  # fmt: skip
+    record = tuning.tune(profile, profile.config, "infonce", workspace)
+    assert trained == [(3e-4, 0), (3e-4, 1), (1e-3, 0), (1e-3, 1)]
+    assert record["chosen"] == {"train.lr": 3e-4} and record["seeds"] == [0, 1]
+    first, second = record["points"]
+    assert first["heldout_mrr"] == pytest.approx(0.60) and second["heldout_mrr"] == pytest.approx(0.45)
+    assert [r["seed"] for r in second["seeds"]] == [0, 1] and second["train_seconds"] == 60.0
+    table, _ = tuning_section(workspace.results_dir, "smoke")
+    assert table["MRR per seed"].tolist() == ["0: 0.600 / 1: 0.600", "0: 0.700 / 1: 0.200"]
+    assert tuning.tuning_seeds(PROFILES.get("smoke"), profile.config) == (profile.config.train.seed,)

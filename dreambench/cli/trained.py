@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 
 from ..config import parse_cli_overrides
-from ..method import METHODS, TrainedDenseMethod, checkpoint_state
+from ..method import METHODS, TrainedDenseMethod
 from ..profiles import PROFILES, profile_name, resolve_run
+from ..training.trainer import checkpoint_state
 from ..workspace import Workspace
 
 

@@ -98,6 +98,15 @@ def _tune_command(profile: str, methods: list[str]) -> str:
     return f"python run_all.py{option} --tune --methods {','.join(methods)}"
 
 
+def _per_seed(point: dict) -> str | None:
+    """Each tuning seed's held-out MRR, where a point ran at more than one (the table's MRR is their mean)."""
+    runs = point.get("seeds") or []
+    if len(runs) < 2:
+        return None
+    return " / ".join(f"{r['seed']}: " + ("failed" if r.get("heldout_mrr") is None else f"{r['heldout_mrr']:.3f}")
+                      for r in runs)  # fmt: skip
+
+
 def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[str]]:
     """Every grid point of ``run_all.py --tune`` (held-out MRR and losses), which was chosen, and whether the
     values committed in the profile are the search's choice."""
@@ -111,6 +120,7 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
             rows.append({
                 "method": method, "#": n + 1, "axis": point["axis"].split(".")[-1], "value": point["value"],
                 "held-out MRR": point.get("heldout_mrr"), "held-out top-1": point.get("heldout_top1"),
+                "MRR per seed": _per_seed(point),
                 "first loss": point.get("first_loss"), "final loss": point.get("final_loss"),
                 "chance loss": point.get("chance_loss"), "τ end": point.get("tau"), "g end": point.get("gate"),
                 "train min": (point.get("train_seconds") or 0) / 60 or None,

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable
 
 from ..evaluation.metrics import MAIN_METRIC
-from ..profiles import PROFILES
+from ..profiles import PROFILES, online_only
 from ..tasks import TASKS
 from .context import ReportContext, Section
 from .figures import GroupFigure, plot_geometry, plot_group, plot_training_curves
@@ -109,7 +109,14 @@ def main_table(ctx: ReportContext) -> list[str]:
         markdown_table(shown),
         "",
         *ctx.main_note,
+        *_not_run_offline(ctx.profile),
     ]
+
+
+def _not_run_offline(profile: str) -> list[str]:
+    """The main-table methods an offline profile cannot run, each with what it needs."""
+    missing = online_only(PROFILES.get(profile)) if profile in PROFILES else {}
+    return [f"- not in this table: {name}, {text} (it runs under `--profile paper`)" for name, text in missing.items()]
 
 
 def per_seed(ctx: ReportContext) -> list[str]:

@@ -329,3 +329,17 @@ class Trainer:
             events.close()
         distributed.barrier()  # the log and the last checkpoint are on disk for every rank
         return {"steps": step, "seconds_this_run": time.perf_counter() - start}
+
+
+def checkpoint_state(folder: Path) -> str:
+    """A training run's cache state, as ``--dry-run`` prints it."""
+    final, checkpoint = folder / "final.pt", folder / "checkpoint.pt"
+    if readable_torch_file(final):
+        return "trained weights cached"
+    if final.is_file() and not readable_torch_file(checkpoint):
+        return f"trains again: {final} is unreadable"
+    if readable_torch_file(checkpoint):
+        return "resumes training from its last checkpoint"
+    if checkpoint.is_file():
+        return f"trains from the start: {checkpoint} is unreadable"
+    return "trains first"
