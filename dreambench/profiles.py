@@ -71,14 +71,17 @@ LR_AXIS = ("train.lr", (3e-4, 1e-3, 3e-3))
 PAPER_BACKBONES = ("qwen2.5-0.5b", "llama-3.2-1b", "llama-3.2-3b")  # DREAM Table 1's retrievers
 
 
-def main_experiments(tuned: Mapping[str, Mapping[str, Any]], offline: RunConfig | None = None) -> tuple[Experiment, ...]:
+def main_experiments(
+    tuned: Mapping[str, Mapping[str, Any]], offline: RunConfig | None = None
+) -> tuple[Experiment, ...]:
     """Every method whose adapter declares ``main_table``, in its declared run order, at the tuned values, with
     its declared variants; ``offline``: an offline profile's config, under which a method that needs the
     internet is left out (the report lists it: :func:`online_only`)."""
     ranked = sorted((cls.run_order, name) for name, cls in METHODS.items() if cls.main_table)
     runs = [name for _, name in ranked if offline is None or not METHODS.get(name).needs_online(offline)]
     return tuple(
-        Experiment(name, variant, {**tuned.get(name, {}), **overrides}, "main", f"{name}, {variant}")
+        Experiment(name, variant, {**tuned.get(name, {}), **overrides}, "main",
+                   "" if variant == "default" else f"{name}, {variant}")  # fmt: skip
         for name in runs
         for variant, overrides in (("default", {}), *METHODS.get(name).main_variants)
     )

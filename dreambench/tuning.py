@@ -10,9 +10,8 @@ is scored on the held-out training-format instances (articles never trained on) 
 
 A point is an ordinary training run: its checkpoint is keyed by the configuration like any other, so an
 interrupted search resumes, and the chosen point's runs *are* the main table's runs at those seeds (trained
-once). The
-results go to ``<results>/<profile>/tuning/<method>.json`` (every point, its held-out scores, losses and
-time; which was chosen); the chosen values are committed in the profile (``Profile.tuned``) so the default
+once). The results go to ``<results>/<profile>/tuning/<method>.json`` (every point, its held-out scores, losses
+and time; which was chosen); the chosen values are committed in the profile (``Profile.tuned``) so the default
 run does not re-tune, and the report's *Tuning* section shows every point and whether the committed values
 are the search's choice.
 """

@@ -86,4 +86,5 @@ def test_main_variants_add_rows_and_an_offline_profile_lists_what_needs_the_inte
     assert METHODS.get("diffretriever").needs_online(PROFILES.get("smoke").config) == ""  # the tiny Llama
     assert online_only(mini) == {"diffretriever": needs}
     assert online_only(dataclasses.replace(mini, offline=False)) == {}
-    assert _not_run_offline("mini") == [f"- not in this table: diffretriever, {needs} (it runs under `--profile paper`)"]
+    listed = f"- not in this table: diffretriever, {needs} (it runs under `--profile paper`)"
+    assert _not_run_offline("mini") == [listed]
