@@ -46,9 +46,8 @@ class Row:
 
 TEST = "smoke: test-sized"
 CPU = "mini: CPU budget"
-KEPT = "kept until the committed mini report is regenerated"
 OFFLINE = "mini: the offline model"
-TUNED = "mini: the tuning search's choice"
+TUNED = "mini: the earlier search's choice, kept fixed (the current search covers the learning rate only)"
 QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
 ALL_LINEAR = (*QKVO, "gate_proj", "up_proj", "down_proj")
 MINI_SETS = (
@@ -66,21 +65,20 @@ DATA = (
     Row("data.source", "DREAM §4.1, Revela §4.1: Wikipedia (Tevatron/wikipedia-nq-corpus)", "synthetic",
         "wiki-offline", "tevatron-wiki-nq", f"{TEST}; mini: Wikipedia leads shipped in a package (offline)"),
     Row("data.num_train", "DREAM §4.1: not stated (1,500 steps × 32 = 48,000); Revela §4.1: 320,000 batches",
-        8, 400, 48_000, f"{TEST}; {CPU} (100 steps × 4)",
+        8, 572, 48_000, f"{TEST}; {CPU} (100 steps × 16: about 2.8 passes; with the held-out and probe sets, 800 "
+        "generated queries)",
         gpu=1792, gpu_why="gpu: 1,952 offline leads give K = 8 chunks of 16 words (one target each): 1,792 for "
         "training and 128 for the probe; 32 unused"),
     Row("data.num_heldout", "not in the papers (tuning, the Training table)", 4, 100, 1000, TEST),
     Row("data.num_probe", "DREAM App. B: 5,000", 4, 128, 5000, f"{TEST}; {CPU}", methods="dream"),
     Row("data.num_candidates", "DREAM §4.1, §6 (Fig. 6): 16; Revela §4.1: batches of 16", 4, 8, 16,
         f"{TEST}; {CPU} (the judge reads every candidate)"),
-    Row("data.candidate_sets", "DREAM §4.1: one document split into 16 chunks", "one-document", "mixed",
-        "one-document", f"mini: {KEPT}",
-        gpu="one-document"),
-    Row("data.chunk_max_words", "DREAM: not specified; Revela §4.1, App. B.2: 120", 16, 48, 100,
-        f"{TEST}; mini: lead paragraphs are short; paper: the corpus's 100-word passages",
-        gpu=16, gpu_why='gpu: 16-word chunks, so that a Wikipedia lead gives K = 8 of them'),
-    Row("data.chunk_min_words", "not specified", 3, 8, 8, TEST,
-        gpu=4, gpu_why='gpu: with 16-word chunks'),
+    Row("data.candidate_sets", "DREAM §4.1: one document split into 16 chunks", "one-document", "one-document",
+        "one-document", "mini, gpu: K consecutive chunks of one Wikipedia lead (see data.chunk_max_words)"),
+    Row("data.chunk_max_words", "DREAM: not specified; Revela §4.1, App. B.2: 120", 16, 16, 100,
+        f"{TEST}; mini, gpu: 16-word chunks, so that one Wikipedia lead gives K = 8 of them (leads are short); "
+        "paper: the corpus's 100-word passages"),
+    Row("data.chunk_min_words", "not specified", 3, 4, 8, f"{TEST}; mini, gpu: with 16-word chunks"),
     Row("data.query_source", "DREAM §4.1, App. A: generated from the target", "crop", "generate", "generate",
         f"{TEST} (no generator)"),
     Row("data.query_generator", "DREAM §4.1: Qwen3-14B", "tiny-llama", "gemma3-270m", "Qwen/Qwen3-14B",
@@ -104,9 +102,10 @@ MODEL = (
         "smollm2-135m-instruct", "qwen2.5-0.5b",
         f"{TEST}; {OFFLINE} (Revela §4.1 also reports SmolLM2-135M); paper: the other two as experiments"),
     Row("model.backbone_layers", "all layers (DREAM, Revela); Drama §3.2: a structurally pruned LLM (0.1B, 0.3B "
-        "from Llama-3.2-1B)", 0, 0, 0,
-        "0 keeps every layer; a positive N keeps the first N (depth pruning without Drama's learned masks and "
-        "continued pretraining): a cost lever, the same for every dense method", methods="dense"),
+        "from Llama-3.2-1B)", 0, 10, 0,
+        "mini: the first 10 of SmolLM2's 30 layers, a third of the cost of every retriever pass (depth pruning, "
+        "without Drama's learned masks and continued pretraining), the same for every dense method",
+        methods="dense", gpu=0),
     Row("model.input_template", "DREAM: not specified; Revela §4.1: the prefixes below; PromptReps: a one-word "
         "chat prompt", "prefix", "prefix", "prefix",
         "promptreps: every dense method starts from PromptReps' dense representation (measured as a lever, "
@@ -135,16 +134,18 @@ MODEL = (
 TRAIN = (
     Row("train.steps", "DREAM §4.1: 1,500; Revela §4.1: 10,000; REPLUG (Revela App. B.3): 4,500",
         4, 100, 1500,
-        f"{TEST}; {CPU} (1/120 of DREAM's samples); paper: DREAM's budget for every method",
+        f"{TEST}; {CPU} (100 × 16, 1/30 of DREAM's samples); paper: DREAM's budget for every method",
         gpu=300, gpu_why="gpu: 300 × 32 is 20% of DREAM's 1500 × 32, to fit the main table in about one GPU-hour"),
     Row("train.batch_size", "DREAM §4.1: 1; Revela §4.1: batches of 16 chunks", 1, 1, 1,
         code="Revela: 1 batch of 16 per GPU",
         gpu=8),
-    Row("train.grad_accum", "DREAM §4.1: 32; Revela §4.1: 8 (on 4 GPUs)", 2, 4, 32,
-        f"{TEST}; {CPU}; paper: DREAM's for every method"),
-    Row("train.lr", "DREAM §4.1, Revela §4.1: 1e-4; REPLUG (Revela App. B.3): 5e-4", 1e-4,
-        Varies(1e-3, {"revela": 3e-4}), 1e-4,
-        f"{TUNED} (at 1e-4 DREAM does not learn in 100 steps); paper: DREAM's for every method",
+    Row("train.grad_accum", "DREAM §4.1: 32; Revela §4.1: 8 (on 4 GPUs)", 2, 16, 32,
+        f"{TEST}; {CPU}: 16 instances a step (at 4, DREAM learned in 1 of 3 seeds); paper: DREAM's for every "
+        "method",
+        gpu=4, gpu_why="gpu: 8 a micro-batch × 4 = DREAM's 32 a step"),
+    Row("train.lr", "DREAM §4.1, Revela §4.1: 1e-4; REPLUG (Revela App. B.3): 5e-4", 1e-4, 3e-4, 1e-4,
+        "mini: the recipe's rate for every method until the search (1e-4, 3e-4, 1e-3 at seeds 0 and 1) chooses "
+        "each method's; paper: DREAM's for every method",
         gpu=1e-4),
     Row("train.weight_decay", "not specified", 0.0, 0.0, 0.0),
     Row("train.warmup_steps", "DREAM: not specified; Revela §4.1: 100", 1, 10, 50,
@@ -155,9 +156,7 @@ TRAIN = (
     Row("train.max_grad_norm", "not specified", 1.0, 1.0, 1.0),
     Row("train.precision", "DREAM: not specified; Revela §4.1: bf16 mixed precision", "fp32", "auto", "auto",
         f"{TEST} (exact); auto: bf16 where supported"),
-    Row("train.score_precision", "not specified (SPEC: scores in fp32)", "fp32", "autocast", "fp32",
-        f"mini: {KEPT}",
-        gpu="fp32"),
+    Row("train.score_precision", "not specified (SPEC: scores in fp32)", "fp32", "fp32", "fp32"),
     Row("train.checkpoint_every", "not specified", 2, 25, 100, "how much a resumed run repeats",
         engineering=True,
         gpu=50),
@@ -169,13 +168,11 @@ EVAL = (
     Row("eval.datasets", "DREAM §4.1, Tables 4–5: BEIR (9 tasks), RTEB (14 tasks)", ("wiki-desc2lead",),
         MINI_SETS, PAPER_SETS, f"{TEST}; {CPU}, offline: nano subsets and the wiki-desc2lead set"),
     Row("eval.split", "not specified", "test", "test", "test"),
-    Row("eval.max_query_tokens", "Revela §4.1: 2,048 at inference; DREAM: not specified", 128, 0, 2048,
-        f"{TEST}; mini: 0 (= model.max_query_tokens, 64), {KEPT}: it cuts every ArguAna query",
-        methods="dense",
-        gpu=2048),
-    Row("eval.max_passage_tokens", "Revela §4.1: 2,048 at inference; DREAM: not specified", 128, 0, 2048,
-        f"{TEST}; mini: 0 (= model.max_passage_tokens, 256), {KEPT}", methods="dense",
-        gpu=2048),
+    Row("eval.max_query_tokens", "Revela §4.1: 2,048 at inference; DREAM: not specified", 128, 2048, 2048,
+        f"{TEST} (no query or passage of a shipped set is cut at 2,048: the report lists the shares)",
+        methods="dense"),
+    Row("eval.max_passage_tokens", "Revela §4.1: 2,048 at inference; DREAM: not specified", 128, 2048, 2048,
+        TEST, methods="dense"),
     Row("eval.depth", "DREAM §4.1: NDCG@10 (needs 10)", 100, 100, 100, "100 for recall@100 too",
         engineering=True),
     Row("eval.search_backend", "not specified", "torch", "auto", "auto", "exact inner product either way",
@@ -270,20 +267,15 @@ REVELA = (
     Row("methods.revela.v_norm_eps", "Revela App. B.5: 1e-6", 1e-6, 1e-6, 1e-6),
     Row("methods.revela.query_half", "Revela App. B.5: the chunk's first half", True, True, True,
         code="the first ⌊n/2⌋ tokens, prefix counted"),
-    Row("methods.revela.lm_lora_r", "Revela §4.1: 256", 8, 32, 256, f"{TEST}; mini: {KEPT}",
-        gpu=256),
+    Row("methods.revela.lm_lora_r", "Revela §4.1: 256", 8, 256, 256, TEST),
     Row("methods.revela.lm_lora_alpha", "not specified", 16, 64, 64, TEST, code="64"),
-    Row("methods.revela.lm_lora_dropout", "not specified", 0.1, 0.0, 0.1, f"mini: {KEPT}", code="0.1",
-        gpu=0.1),
-    Row("methods.revela.lm_lora_targets", "not specified", ALL_LINEAR, QKVO, ALL_LINEAR, f"mini: {KEPT}",
-        code="q/k/v/o, gate/up/down",
-        gpu=ALL_LINEAR),
-    Row("methods.revela.max_chunk_tokens", "Revela §4.1: 160", 64, 128, 160, f"{TEST}; mini: {KEPT}",
-        code="157 (passage_max_len)",
-        gpu=160),
+    Row("methods.revela.lm_lora_dropout", "not specified", 0.1, 0.1, 0.1, code="0.1"),
+    Row("methods.revela.lm_lora_targets", "not specified", ALL_LINEAR, ALL_LINEAR, ALL_LINEAR,
+        code="q/k/v/o, gate/up/down"),
+    Row("methods.revela.max_chunk_tokens", "Revela §4.1: 160", 64, 160, 160, TEST, code="157 (passage_max_len)"),
     Row("methods.revela.batches", "Revela §4.1, App. B.2: chunks end to end, cut into batches", "stream",
-        "candidate-sets", "stream", f"mini: {KEPT}",
-        gpu="stream"),
+        "stream", "stream", "mini leaves Revela out of its main table for its measured cost (docs/budgets.md); "
+        "`--methods revela` runs it as published"),
     Row("methods.revela.batch_chunks", "Revela §4.1: 16", 8, 16, 16, TEST),
 )  # fmt: skip
 

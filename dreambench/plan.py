@@ -57,11 +57,15 @@ def plan_jobs(
         if experiments and exp.name not in experiments and f"{exp.method}/{exp.name}" not in experiments:
             continue
         selected.append(exp)
-    for name in methods or ():  # a registered method the profile does not list runs with its defaults
-        if not any(e.method == name for e in profile.experiments) and not experiments:
+    # a registered method the profile does not list (one it leaves out, say) runs its default experiment at the
+    # profile's values, also when named as ``default`` (the command the report prints for a stored result)
+    unlisted = [n for n in methods or () if not any(e.method == n for e in profile.experiments)]
+    for name in unlisted:
+        if not experiments or "default" in experiments or f"{name}/default" in experiments:
             selected.append(Experiment(name))
     if experiments:
         known = {e.name for e in profile.experiments} | {f"{e.method}/{e.name}" for e in profile.experiments}
+        known |= {"default", *(f"{name}/default" for name in unlisted)}
         unknown = [e for e in experiments if e not in known]
         if unknown:
             raise ValueError(

@@ -18,6 +18,7 @@ are the search's choice.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -94,13 +95,45 @@ def tuning_seeds(profile: Profile, config: RunConfig) -> tuple[int, ...]:
 MEANS = ("heldout_mrr", "heldout_top1", "heldout_mrr_before", "first_loss", "final_loss", "tau", "gate")
 
 
-def _score_point(method: str, config: RunConfig, seeds: Sequence[int], workspace: Workspace) -> dict[str, Any]:
-    """One grid point trained at every seed: the mean of each score over the seeds (None where a seed failed),
-    the summed training time, and each seed's own record."""
+def runs_path(path: Path) -> Path:
+    """Beside a tuning record, every seed's run as it finishes (``tuning/runs/<method>.json``), before its point
+    is complete."""
+    return path.parent / "runs" / path.name
+
+
+def recorded_runs(path: Path) -> dict[str, dict[str, Any]]:
+    """The per-seed runs a stored tuning record and its runs file hold, by checkpoint name (the fingerprint of
+    everything training depends on), failed runs left out: a search resumed on another machine, or after its
+    checkpoints were cleared, takes these scores instead of training the same configuration again."""
+    runs = list(json.loads(runs_path(path).read_text()).values()) if runs_path(path).is_file() else []
+    if path.is_file():
+        runs += [run for point in json.loads(path.read_text()).get("points", []) for run in point.get("seeds", [])]
+    return {run["checkpoint"]: run for run in runs if run.get("checkpoint") and not run.get("failed")}
+
+
+def _record_run(path: Path, run: dict[str, Any]) -> None:
+    done = json.loads(runs_path(path).read_text()) if runs_path(path).is_file() else {}
+    write_json_atomic(runs_path(path), {**done, run["checkpoint"]: run})
+
+
+def _score_point(
+    method: str, config: RunConfig, seeds: Sequence[int], workspace: Workspace,
+    recorded: Mapping[str, dict[str, Any]] | None = None, record_to: Path | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """One grid point trained at every seed (a seed whose run ``recorded`` holds is taken from it): the mean of
+    each score over the seeds (None where a seed failed), the summed training time, and each seed's own record;
+    each run trained is added to the runs file of the tuning record ``record_to`` as it finishes."""
     runs = []
     for seed in seeds:
         seeded = apply_overrides(config, {"train.seed": seed}, where=f"tuning {method} seed {seed}")
+        name = METHODS.get(method)(seeded, workspace, "tune").checkpoint_dir().name
+        if recorded and name in recorded:
+            log.info("tuning %s seed %d: recorded in the tuning record (%s), not trained again", method, seed, name)
+            runs.append({**recorded[name], "seed": seed})
+            continue
         runs.append({"seed": seed, **_train_and_score(method, seeded, workspace)})
+        if record_to is not None and not runs[-1].get("failed"):
+            _record_run(record_to, runs[-1])
     point: dict[str, Any] = {"seeds": runs}
     for key in MEANS:
         values = [r.get(key) for r in runs]
@@ -122,6 +155,7 @@ def tune(profile: Profile, config: RunConfig, method: str, workspace: Workspace)
     grid = profile.tuning[method]
     seeds = tuning_seeds(profile, config)
     path = tuning_path(workspace.results_dir, profile.name, method)
+    recorded = recorded_runs(path)
     chosen: dict[str, Any] = {}
     points: list[dict[str, Any]] = []
     seen: dict[str, dict[str, Any]] = {}
@@ -133,7 +167,7 @@ def tune(profile: Profile, config: RunConfig, method: str, workspace: Workspace)
             ident = fingerprint(point_config)
             if ident not in seen:  # a point already trained in an earlier axis is not trained again
                 log.info("tuning %s: %s (seeds %s)", method, _label(overrides), ", ".join(map(str, seeds)))
-                seen[ident] = _score_point(method, point_config, seeds, workspace)
+                seen[ident] = _score_point(method, point_config, seeds, workspace, recorded, path)
             record = {"axis": key, "value": value, "overrides": dict(overrides), **seen[ident]}
             points.append(record)
             scored.append(record)

@@ -71,6 +71,7 @@ def maxsim(q: torch.Tensor, d: torch.Tensor, block: int = 256) -> torch.Tensor:
 class DiffRetriever(PromptReps):
     description = "zero-shot: K masked positions of a diffusion LM, one bidirectional pass; MaxSim, sparse, hybrid"
     Params = DiffRetrieverParams
+    main_table = True
     run_order = 1
     row_order = 1
     reads_backbone = False  # its own diffusion LM (methods.diffretriever.model)

@@ -62,6 +62,7 @@ class Drama(TrainedDenseMethod):
     description = "contrastive with bidirectional attention, mean pooling and Matryoshka dimensions (Drama)"
     Params = DramaParams
     view = "candidates"
+    main_table = True
     run_order = 2
     row_order = 2
 

@@ -70,6 +70,7 @@ class LLMQL(TrainedDenseMethod):
     description = "query-likelihood stage (attention block, document corruption), then contrastive (LLM-QL)"
     Params = LLMQLParams
     view = "candidates"
+    main_table = True
     run_order = 2
     row_order = 2
 

@@ -128,6 +128,7 @@ class _Precomputed:
 class PromptReps(DenseMethod):
     description = "zero-shot: one-word prompt, last-position hidden state (dense) and logits (sparse), hybrid"
     Params = PromptRepsParams
+    main_table = True
     run_order = 1
     row_order = 1
     main_variants = (("dense", {"methods.promptreps.scoring": "dense"}),

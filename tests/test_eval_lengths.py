@@ -64,11 +64,23 @@ def test_impossible_lengths_are_refused_naming_the_option(option, value):
         check_ranges(apply_overrides(RunConfig(), {option: fine}))
 
 
-def test_mini_keeps_the_training_lengths_until_its_report_is_regenerated():
-    mini = PROFILES.get("mini").config
-    assert (mini.eval.max_query_tokens, mini.eval.max_passage_tokens) == (0, 0)
-    paper = PROFILES.get("paper").config.eval
-    assert (paper.max_query_tokens, paper.max_passage_tokens) == (2048, 2048)
+def test_mini_evaluates_at_2048_tokens_and_no_committed_dense_result_cut_more_than_5_percent():
+    """Mini and paper evaluate at Revela's 2,048 tokens; every dense result of the committed mini report records
+    the share of its set's queries and passages cut at its cap, and none exceeds 5% (the shipped sets: none)."""
+    import json
+
+    from dreambench.workspace import PROJECT_ROOT
+
+    for name in ("mini", "paper"):
+        ev = PROFILES.get(name).config.eval
+        assert (ev.max_query_tokens, ev.max_passage_tokens) == (2048, 2048), name
+    records = [json.loads(p.read_text()) for p in (PROJECT_ROOT / "reports" / "results" / "mini").glob("*/*/*.json")]
+    dense = [r for r in records if "truncated" in r]
+    assert {r["method"] for r in dense} >= {"untrained", "promptreps"}
+    for r in dense:
+        cut = r["truncated"]
+        assert cut["query_tokens"] == cut["passage_tokens"] == 2048, (r["method"], r["dataset"])
+        assert cut["queries"] <= 0.05 and cut["passages"] <= 0.05, (r["method"], r["dataset"], cut)
 
 
 def test_the_lengths_key_dense_results_but_neither_checkpoints_nor_lexical_results(workspace):

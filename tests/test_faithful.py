@@ -111,20 +111,19 @@ def test_revela_stream_batches_are_consecutive_chunks_of_the_document_stream_shu
         TrainingLoader(instances[:1], "stream", batch_size=1, seed=0, stream_batch=16)
 
 
-def test_revela_trains_on_the_stream_by_default_and_on_candidate_sets_in_the_committed_mini(workspace):
+def test_revela_trains_on_the_stream_as_published_in_every_profile(workspace):
     revela = METHODS.get("revela")
     smoke = revela(SMOKE, workspace, "default")
     assert smoke.params.batches == "stream"
     data = load_training_data(SMOKE, workspace)
     loader = smoke.training_loader(data.train)
     assert loader.view == "stream" and len(loader.batch(0).chunks[0]) == smoke.params.batch_chunks
-    mini = revela(PROFILES.get("mini").config, workspace, "default")
-    assert mini.params.batches == "candidate-sets"
-    assert mini.training_loader(data.train).view == "chunks"
-    paper = revela(PROFILES.get("paper").config, workspace, "default")
-    p = paper.params
-    assert (p.lm, p.lm_lora_r, p.lm_lora_alpha, p.lm_lora_dropout) == ("llama-3.2-1b", 256, 64, 0.1)
-    assert len(p.lm_lora_targets) == 7 and p.batch_chunks == 16 and p.max_chunk_tokens == 160
+    candidate_sets = revela(apply_overrides(SMOKE, {"methods.revela.batches": "candidate-sets"}), workspace, "default")
+    assert candidate_sets.training_loader(data.train).view == "chunks"
+    for name, lm in (("mini", ""), ("gpu", ""), ("paper", "llama-3.2-1b")):
+        p = revela(PROFILES.get(name).config, workspace, "default").params
+        assert (p.lm, p.lm_lora_r, p.lm_lora_alpha, p.lm_lora_dropout, p.batches) == (lm, 256, 64, 0.1, "stream")
+        assert len(p.lm_lora_targets) == 7 and p.batch_chunks == 16 and p.max_chunk_tokens == 160, name
 
 
 # ---- fp32 scores ---------------------------------------------------------------------------------------
@@ -223,7 +222,7 @@ def test_an_option_at_its_previous_behaviour_leaves_fingerprints_as_they_were():
         if f.default != f.metadata["fingerprint_omits"]:
             assert f.name in fingerprint_view(cls()), f"{cls.__name__}.{f.name} at its new default must count"
     mini = PROFILES.get("mini").config
-    # the committed mini report's data fingerprint is what it was before the option existed
-    assert fingerprint_view(mini.data) == {k: v for k, v in to_jsonable(mini.data).items() if k != "candidate_sets"}
-    changed = apply_overrides(mini, {"data.candidate_sets": "one-document"})
-    assert fingerprint(changed.data) != fingerprint(mini.data)
+    # at a previous value an option leaves the fingerprint; at another it counts
+    mixed = apply_overrides(mini, {"data.candidate_sets": "mixed"})
+    assert fingerprint_view(mixed.data) == {k: v for k, v in to_jsonable(mixed.data).items() if k != "candidate_sets"}
+    assert fingerprint(mixed.data) != fingerprint(mini.data) and "candidate_sets" in fingerprint_view(mini.data)

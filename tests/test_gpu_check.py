@@ -18,7 +18,7 @@ def test_gpu_check_runs_every_stage_in_cpu_mode(tmp_path):
     record = json.loads((tmp_path / "gpu-check.json").read_text())
     assert record["mode"] == "cpu"
     assert record["tests"]["returncode"] == 0 and "passed" in record["tests"]["summary"]
-    assert set(record["calibration"]["train"]) == {"infonce", "replug", "dream", "revela"}
+    assert set(record["calibration"]["train"]) >= {"infonce", "replug", "dream", "revela"}
     assert all(r["seconds_per_step"] > 0 for r in record["calibration"]["train"].values())
     assert record["kernel"]["kernel_s"] > 0 and record["kernel"]["sdpa_s"] > 0
     assert 0.0 <= record["evaluation"]["ndcg_at_10"] <= 1.0 and record["evaluation"]["dataset"] == "nano-scifact"

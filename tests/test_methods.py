@@ -39,10 +39,13 @@ def test_every_tuning_axis_is_a_setting_whose_first_value_is_the_default(name):
 
 
 def test_the_main_table_is_what_the_adapters_declare():
+    from dreambench.profiles import not_in_main_table
+
     for profile in (PROFILES.get(n) for n in PROFILES.names()):
         main = [e.method for e in profile.experiments if e.group == "main" and e.name == "default"]
-        declared = sorted((n for n in NAMES if METHODS.get(n).main_table), key=lambda n: METHODS.get(n).run_order)
-        assert main == declared
+        declared = sorted((n for n in NAMES if METHODS.get(n).main_table and n not in not_in_main_table(profile)),
+                          key=lambda n: METHODS.get(n).run_order)  # fmt: skip
+        assert main == declared, profile.name
         trained = {n for n in declared if METHODS.get(n).trainable}
         if profile.name != "smoke":  # smoke searches smaller grids, for the tuning tests' speed
             assert set(profile.tuning) == trained
@@ -87,4 +90,22 @@ def test_main_variants_add_rows_and_an_offline_profile_lists_what_needs_the_inte
     assert online_only(mini) == {"diffretriever": needs}
     assert online_only(dataclasses.replace(mini, offline=False)) == {}
     listed = f"- not in this table: diffretriever, {needs} (it runs under `--profile paper`)"
-    assert _not_run_offline("mini") == [listed]
+    # a method the profile leaves out for a stated reason is listed with it (and no pointer to the paper profile)
+    assert _not_run_offline("mini") == [listed, f"- not in this table: revela, {mini.left_out['revela']}"]
+    assert not any(e.method == "revela" for e in mini.experiments) and "revela" not in mini.tuning
+
+
+def test_a_method_the_profile_leaves_out_is_not_planned_but_runs_when_named():
+    """Mini leaves Revela out of its plan and search (the report says why); named, with or without the
+    ``default`` experiment the report's commands give, it runs its default experiment at the profile's values."""
+    from dreambench.plan import plan_jobs
+    from dreambench.profiles import PROFILES
+
+    mini = PROFILES.get("mini")
+    assert "revela" in mini.left_out and not any(e.method == "revela" for e in mini.experiments)
+    for experiments in (None, ["default"], ["revela/default"]):
+        jobs = plan_jobs(mini, mini.config, ["revela"], ["nano-scifact"], experiments, [0])
+        assert {(j.experiment.method, j.experiment.name) for j in jobs} == {("revela", "default")}, experiments
+        assert all(j.config == mini.config for j in jobs)
+    with pytest.raises(ValueError, match="unknown experiment"):
+        plan_jobs(mini, mini.config, ["revela"], None, ["heads-top99"], None)

@@ -58,15 +58,16 @@ def test_training_projection_scales_with_instances_length_and_model_size():
     calibration = _calibration()
     base, note = train_seconds(_method("infonce"), calibration)
     assert note == ""
-    assert base == pytest.approx(100 * 4 * 8.0 / 4)  # mini: 100 steps × 4 instances at 2 s an instance
+    # mini: 100 steps × 16 instances at 2 s an instance of the calibration's model, a third of its layers
+    assert base == pytest.approx(100 * 16 * 8.0 / 4 / 3)
     doubled, _ = train_seconds(_method("infonce", {"train.steps": 200}), calibration)
     assert doubled == pytest.approx(2 * base)
     # K + 1 passages: K = 4 instead of 8 is 5/9 of the tokens
     fewer, _ = train_seconds(_method("infonce", {"data.num_candidates": 4}), calibration)
     assert fewer == pytest.approx(base * 5 / 9)
-    # a third of the layers: a third of the retriever's parameters
-    pruned, _ = train_seconds(_method("infonce", {"model.backbone_layers": 10}), calibration)
-    assert pruned == pytest.approx(base / 3)
+    # a third of the layers (mini's 10 of 30): a third of the retriever's parameters
+    full, _ = train_seconds(_method("infonce", {"model.backbone_layers": 0}), calibration)
+    assert base == pytest.approx(full / 3)
 
 
 def test_an_uncalibrated_method_is_projected_at_infonces_rate_and_says_so():
@@ -86,9 +87,9 @@ def test_gpu_estimate_is_flops_at_the_assumed_share_of_peak_floored_by_launches(
     flops = PEAK_BF16_TFLOPS["nvidia-h100"] * 1e12 * 0.10
     assert rate["seconds_per_step"] == pytest.approx(2000 * 6 * 0.135e9 / flops)
     assert rate["floor_seconds_per_micro_batch"] == pytest.approx(LAYER_FLOOR_S * 30 * 2)
-    # at mini's shapes (4 micro-batches of one instance) the launch floor binds
+    # at mini's shapes (16 micro-batches of one instance) the launch floor binds
     seconds, _ = train_seconds(_method("infonce"), gpu)
-    assert seconds == pytest.approx(100 * 4 * LAYER_FLOOR_S * 30 * 2)
+    assert seconds == pytest.approx(100 * 16 * LAYER_FLOOR_S * 30 * 2)
     with pytest.raises(ValueError, match="no peak throughput known"):
         estimate_gpu("nvidia-unknown", calibration)
 
@@ -186,31 +187,39 @@ def test_calibration_json_is_plain_json(tmp_path):
 
 def test_a_named_run_resolves_to_the_main_tables_config_at_each_seed():
     """What the mteb example and the export command load is what the main table trained (tuned values, seed)."""
+    import dataclasses
+
+    from dreambench.mteb_encoder import main_table_run
     from dreambench.plan import plan_jobs
-    from dreambench.profiles import resolve_run
+    from dreambench.profiles import main_experiments, resolve_run
+
+    def planned(profile):
+        return {j.experiment.name: j.config for j in plan_jobs(profile, profile.config, ["dream"], None, ["default"],
+                                                                None, Workspace.resolve().data_dir)}  # fmt: skip
 
     profile = PROFILES.get("mini")
-    jobs = {j.experiment.name: j.config for j in plan_jobs(profile, profile.config, ["dream"], None, ["default"],
-                                                            None, Workspace.resolve().data_dir)}  # fmt: skip
-    for seed, name in ((None, "default"), (0, "default"), (1, "default@seed1")):
+    jobs = planned(profile)
+    for seed, name in ((None, "default"), (0, "default"), (1, "default@seed1"), (2, "default@seed2")):
         experiment, config = resolve_run(profile, "dream", "default", seed)
         assert experiment.name == "default" and config == jobs[name]
-    assert resolve_run(profile, "dream")[1] != profile.config  # the tuned values are applied
-    # main_table_encoder (the mteb example) loads the checkpoint behind the committed main table's number at each of
-    # its seeds; a profile's base config (no tuned values) names another
-    from dreambench.mteb_encoder import main_table_run
-
+        # main_table_encoder (the mteb example) loads the run behind the main table's number at each seed
+        assert main_table_run("dream", "mini", seed) == (name, config)
+    # tuned values are applied: a profile whose search chose a rate resolves to it, at every seed
+    tuned = {"dream": {"train.lr": 1e-3}}
+    chosen = dataclasses.replace(profile, tuned=tuned, experiments=main_experiments(tuned, profile.config,
+                                                                                    profile.left_out))  # fmt: skip
+    for seed, name in ((0, "default"), (2, "default@seed2")):
+        config = resolve_run(chosen, "dream", "default", seed)[1]
+        assert config.train.lr == 1e-3 and config.train.seed == seed and config == planned(chosen)[name]
+    # each committed DREAM record of the main table was trained in the checkpoint that name loads
     results = PROJECT_ROOT / "reports" / "results" / "mini" / "dream"
-    for seed, folder in ((0, "default"), (1, "default@seed1"), (2, "default@seed2")):
-        record = json.loads((results / folder / "nano-scifact.json").read_text())
+    for folder in sorted(p for p in results.glob("default*") if (p / "nano-scifact.json").is_file()):
+        record = json.loads((folder / "nano-scifact.json").read_text())
+        seed = int(folder.name.partition("@seed")[2] or 0)
         name, config = main_table_run("dream", "mini", seed)
-        assert name == folder
         method = METHODS.get("dream")(config, Workspace.resolve(), name)
+        assert name == folder.name
         assert method.checkpoint_dir().name == Path(record["training"]["checkpoint_dir"]).name, seed
-    record = json.loads((results / "default" / "nano-scifact.json").read_text())  # seed 0, the base config's seed
-    untuned = METHODS.get("dream")(profile.config, Workspace.resolve(), "default")
-    assert profile.config.train.seed == 0
-    assert untuned.checkpoint_dir().name != Path(record["training"]["checkpoint_dir"]).name
     with pytest.raises(ValueError, match="--experiment 'nope': not an experiment of dream"):
         resolve_run(profile, "dream", "nope")
     with pytest.raises(ValueError, match="--seed expects a non-negative integer"):
@@ -233,4 +242,6 @@ def test_a_judge_that_runs_once_per_training_set_is_not_counted_in_the_step():
     from dreambench.projection import method_params
 
     assert method_params(_method("replug")) == pytest.approx(method_params(_method("infonce")))
-    assert method_params(_method("dream")) == pytest.approx(2 * method_params(_method("infonce")))
+    # DREAM's step also runs its judge, the full backbone beside the pruned retriever
+    judge = method_params(_method("infonce", {"model.backbone_layers": 0}))
+    assert method_params(_method("dream")) == pytest.approx(method_params(_method("infonce")) + judge)

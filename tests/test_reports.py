@@ -470,12 +470,13 @@ def test_the_per_seed_table_lists_every_run_of_a_row_with_several_seeds():
 def test_the_training_data_section_names_source_construction_generator_counts_and_judges():
     from dreambench.profiles import PROFILES
 
-    mini = PROFILES.get("mini").config.data
-    text = (PROJECT_ROOT / "reports" / "mini" / "report.md").read_text()
+    smoke = PROFILES.get("smoke").config.data
+    text = (PROJECT_ROOT / "reports" / "smoke" / "report.md").read_text()
     section = text.split("## Training data")[1].split("\n## ")[0]
-    row = next(line for line in section.splitlines() if "db037c1c6f66" in line)  # the main table's data
-    # the committed main table's data: K = 8 "mixed" sets of 8–48-word chunks, Gemma's queries, 400/100/128,
-    # SmolLM2 judging for DREAM and REPLUG and as Revela's LM
-    for cell in ("mixed", f"{mini.chunk_min_words}–{mini.chunk_max_words}", mini.query_generator, "400/100/128",
-                 "smollm2-135m-instruct (dream, replug, revela)"):  # fmt: skip
-        assert cell in row, cell
+    row = next(line for line in section.splitlines() if line.startswith("| synthetic-"))  # the main table's data
+    # the committed smoke table's data: K = 4 one-document sets of 3–16-word chunks, cropped queries, 8/4/4,
+    # the tiny Llama judging for DREAM and REPLUG and as Revela's LM
+    for cell in (smoke.candidate_sets, f"{smoke.chunk_min_words}–{smoke.chunk_max_words}", smoke.query_source,
+                 f"{smoke.num_train}/{smoke.num_heldout}/{smoke.num_probe}",
+                 "tiny-llama (dream, replug, revela)"):  # fmt: skip
+        assert f" {cell} " in row, cell

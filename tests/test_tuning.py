@@ -67,10 +67,16 @@ def test_a_bad_grid_fails_before_any_training(workspace, capsys):
 TRAINED = [n for n, cls in METHODS.items() if cls.main_table and cls.trainable]
 
 
-@pytest.mark.parametrize("method", TRAINED)
-def test_every_trained_method_gets_the_same_learning_rate_axis_first(method):
-    grids = PROFILES.get("mini").tuning
-    assert grids[method][0] == grids[TRAINED[0]][0] and grids[method][0][0] == "train.lr"
+@pytest.mark.parametrize("profile", ["mini", "gpu", "paper"])
+def test_every_searched_method_gets_the_same_learning_rate_axis_first(profile):
+    """Every trained main-table method the profile does not leave out is searched, each on the same
+    learning-rate axis first; a method the profile leaves out is not searched."""
+    p = PROFILES.get(profile)
+    grids = p.tuning
+    assert set(grids) == {m for m in TRAINED if m not in p.left_out}
+    assert not set(grids) & set(p.left_out)
+    first = grids[next(iter(grids))][0]
+    assert first[0] == "train.lr" and all(grid[0] == first for grid in grids.values())
 
 
 def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(tmp_path):
@@ -85,10 +91,11 @@ def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(t
     assert len(table) == 1 and table["chosen"].tolist() == [""]
     committed = dict(PROFILES.get("mini").tuned.get("revela", {}))
     assert lines[0] == (f"- revela: search incomplete (1 point so far; the main table runs at the profile's values "
-                        f"{committed}; resume with `python run_all.py --profile mini --tune --methods revela`; a point whose "
-                        "checkpoint is in the cache is loaded, one whose checkpoint is not, e.g. in a fresh clone, is "
-                        "trained again).")  # fmt: skip
-    assert lines[1].startswith("- not tuned yet (run at the profile's values): dream, infonce, replug; ")
+                        f"{committed}; resume with `python run_all.py --profile mini --tune --methods revela`; a run "
+                        "this record or its runs file holds is not trained again, one whose checkpoint is in the cache "
+                        "is loaded, any other is trained).")  # fmt: skip
+    assert lines[1].startswith("- not tuned yet (run at the profile's values): ")
+    assert "dream" in lines[1] and "infonce" in lines[1] and "revela" not in lines[1].split(";")[0]
 
 
 def test_each_point_trains_at_every_tuning_seed_and_the_mean_decides(workspace, monkeypatch):
@@ -119,3 +126,33 @@ def test_each_point_trains_at_every_tuning_seed_and_the_mean_decides(workspace, 
     table, _ = tuning_section(workspace.results_dir, "smoke")
     assert table["MRR per seed"].tolist() == ["0: 0.600 / 1: 0.600", "0: 0.700 / 1: 0.200"]
     assert tuning.tuning_seeds(PROFILES.get("smoke"), profile.config) == (profile.config.train.seed,)
+
+
+def test_a_resumed_search_takes_recorded_runs_and_trains_only_the_rest(workspace, monkeypatch):
+    """Each seed's run is written to the runs file as it finishes; a search resumed without checkpoints (another
+    machine, a fresh clone with the committed records) takes those runs and trains only what they lack."""
+    import dataclasses
+
+    from dreambench import tuning
+
+    trained = []
+
+    def fake(method, config, ws):
+        trained.append((config.train.lr, config.train.seed))
+        if len(trained) == 3:
+            raise KeyboardInterrupt  # the session stops during the third run
+        name = METHODS.get(method)(config, ws, "tune").checkpoint_dir().name
+        return {"checkpoint": name, "heldout_mrr": 0.5 + config.train.lr, "train_seconds": 30.0}
+
+    monkeypatch.setattr(tuning, "_train_and_score", fake)
+    profile = dataclasses.replace(PROFILES.get("smoke"), tuning={"infonce": (("train.lr", (3e-4, 1e-3)),)},
+                                  tuning_seeds=(0, 1))  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        tuning.tune(profile, profile.config, "infonce", workspace)
+    path = tuning.tuning_path(workspace.results_dir, "smoke", "infonce")
+    assert len(json.loads(tuning.runs_path(path).read_text())) == 2  # both seeds of the first point
+    trained.clear()
+    record = tuning.tune(profile, profile.config, "infonce", workspace)
+    assert trained == [(1e-3, 0), (1e-3, 1)]  # the first point's two runs came from the runs file
+    assert record["chosen"] == {"train.lr": 1e-3}
+    assert [r["heldout_mrr"] for r in record["points"][0]["seeds"]] == [pytest.approx(0.5003)] * 2

@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--datasets", action="append", help="comma-separated dataset names (default: the profile's)"
     )
     parser.add_argument(
-        "--experiments", action="append", help="experiment names, e.g. default or dream/heads-top4"
+        "--experiments", action="append", help="experiment names, e.g. default or dream/heads-top1"
     )
     parser.add_argument("--data-dir", help="BEIR datasets folder (default: $DREAMBENCH_DATA, else ./data)")
     parser.add_argument(

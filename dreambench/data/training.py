@@ -187,8 +187,10 @@ def _build_instances(
 ) -> tuple[list[TrainingInstance], int]:
     """``needed`` instances from targets in seeded order; targets whose query fails are replaced by the next.
 
-    Returns the instances and the number of failed queries. Queries come in rounds of 1.3× what is still
-    missing, so a generator that fails on some passages costs a little extra generation, not instances.
+    Returns the instances and the number of failed queries. Queries come in rounds of 1.05× what is still
+    missing (at least 4), so a generator that fails on some passages costs another round, not instances. The
+    instances do not depend on the round size: they are the first ``needed`` targets of the seeded order whose
+    query succeeds, and generation is greedy and per passage.
     """
     rng = random.Random(seed)
     one_document = data.candidate_sets == "one-document"
@@ -196,7 +198,7 @@ def _build_instances(
     instances: list[TrainingInstance] = []
     failed = position = 0
     while len(instances) < needed and position < len(order):
-        take = max(4, math.ceil(1.3 * (needed - len(instances))))
+        take = max(4, math.ceil(1.05 * (needed - len(instances))))
         targets = order[position : position + take]
         position += take
         queries = _queries_for(

@@ -130,8 +130,8 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
             n_points = len(record["points"])
             lines.append(f"- {method}: search incomplete ({n_points} point{'s' if n_points != 1 else ''} so far; "
                          f"the main table runs at the profile's values {dict(committed.get(method, {}))}; resume with "
-                         f"`{_tune_command(profile, [method])}`; a point whose checkpoint is in the cache is loaded, "
-                         f"one whose checkpoint is not, e.g. in a fresh clone, is trained again).")  # fmt: skip
+                         f"`{_tune_command(profile, [method])}`; a run this record or its runs file holds is not "
+                         f"trained again, one whose checkpoint is in the cache is loaded, any other is trained).")  # fmt: skip
         elif dict(committed.get(method, {})) == chosen:
             lines.append(f"- {method}: chose {chosen}; the profile uses these values.")
         else:

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable
 
 from ..evaluation.metrics import MAIN_METRIC
-from ..profiles import PROFILES, online_only
+from ..profiles import PROFILES, not_in_main_table
 from ..tasks import TASKS
 from .context import ReportContext, Section
 from .figures import GroupFigure, plot_geometry, plot_group, plot_training_curves
@@ -54,8 +54,9 @@ def header(ctx: ReportContext) -> list[str]:
             + ", ".join(nano)
             + ") ship with dreambench (`dreambench/datasets/`, made by "
             "`python -m dreambench.cli.nano`): a fixed query sample of the full collection, its judged documents "
-            "and each query's BM25 top-k over the full corpus as hard distractors (NanoBEIR's construction), "
-            "capped for CPU budgets. Their scores are not comparable with full-corpus numbers and are never "
+            "and each query's top-k over the full corpus under BM25 and, where the set's recipe says so, under "
+            "WordLlama's static embeddings, as hard distractors (NanoBEIR's construction; `dreambench/datasets/"
+            "README.md`), capped for CPU budgets. Their scores are not comparable with full-corpus numbers and are never "
             "averaged with them; the section *Nano vs full corpora* measures whether they rank methods alike.",
             "",
         ]
@@ -114,9 +115,13 @@ def main_table(ctx: ReportContext) -> list[str]:
 
 
 def _not_run_offline(profile: str) -> list[str]:
-    """The main-table methods an offline profile cannot run, each with what it needs."""
-    missing = online_only(PROFILES.get(profile)) if profile in PROFILES else {}
-    return [f"- not in this table: {name}, {text} (it runs under `--profile paper`)" for name, text in missing.items()]
+    """The main-table methods the profile does not run, each with why: what it needs online (it runs under the
+    online ``paper`` profile), or the profile's stated reason."""
+    if profile not in PROFILES:
+        return []
+    chosen = PROFILES.get(profile).left_out
+    return [f"- not in this table: {name}, {why}" + ("" if name in chosen else " (it runs under `--profile paper`)")
+            for name, why in not_in_main_table(PROFILES.get(profile)).items()]  # fmt: skip
 
 
 def per_seed(ctx: ReportContext) -> list[str]:

@@ -19,7 +19,7 @@ from ...profiles import Experiment
 from ...report import StudyReport
 from ...study import Study, register_study
 from ...workspace import Workspace
-from .ablations import dream_ablations
+from .ablations import HEAD_COUNTS, dream_ablations
 from .report_sections import REPORT
 from .signal_check import signal_check
 
@@ -38,13 +38,16 @@ class DreamStudy(Study):
         datasets: tuple[str, ...] = (),
         head_selection_seeds: tuple[int, ...] = (),
         candidate_counts: tuple[int, ...] = (4, 8, 16),
+        head_counts: tuple[int, ...] = HEAD_COUNTS,
+        random_middle_seeds: tuple[int, ...] | None = None,
     ) -> tuple[Experiment, ...]:
         """Every ablation on ``datasets`` (empty: the profile's sets); the random-heads ablation (Fig. 2) at
-        ``head_selection_seeds``, the others at the config's seed."""
+        ``head_selection_seeds`` (its middle-layer variant at ``random_middle_seeds``, None: the same), the others
+        at the config's seed; Fig. 3 at ``head_counts``."""
         heads = method_params(METHODS.get("dream").Params, config, "dream").num_heads
         return dream_ablations(
             heads, config.data.num_candidates, datasets, tuned.get("dream", {}), head_selection_seeds,
-            candidate_counts,
+            candidate_counts, head_counts, random_middle_seeds,
         )
 
     def run_stage(self, jobs: Sequence[Job], workspace: Workspace) -> int:

@@ -8,31 +8,35 @@ from typing import Any
 
 from ...profiles import Experiment
 
+HEAD_COUNTS = (1, 4, 8, 16, 32, 64)  # DREAM Fig. 3
+
 
 def dream_ablations(
     default_heads: int, default_k: int, datasets: tuple[str, ...], tuned: Mapping[str, Any],
     head_selection_seeds: tuple[int, ...] = (), candidate_counts: tuple[int, ...] = (4, 8, 16),
+    head_counts: tuple[int, ...] = HEAD_COUNTS, random_middle_seeds: tuple[int, ...] | None = None,
 ) -> tuple[Experiment, ...]:  # fmt: skip
     """DREAM §5–6: head count (Fig. 3), random heads (Fig. 2), candidate count (Fig. 6), judge LoRA (Fig. 5).
 
     Each is a named delta of the profile's config; the default configuration is the reference row of every
     ablation table, at the seeds the ablation ran (an experiment whose delta changes nothing reuses the
     default's trained weights). ``head_selection_seeds``: the training seeds of the Fig. 2 ablation (random
-    heads), the others run one. ``candidate_counts``: Fig. 6's K values (a source's documents must give K
-    chunks each).
+    heads), the others run one; ``random_middle_seeds`` those of its middle-layer variant (None: the same).
+    ``candidate_counts``: Fig. 6's K values (a source's documents must give K chunks each). ``head_counts``:
+    Fig. 3's head counts (the default's own count is the reference row, not an ablation).
     """
     only = {"eval.datasets": datasets} if datasets else {}
     experiments = [
         Experiment("dream", f"heads-top{n}", {**only, "methods.dream.num_heads": n}, "ablation-head-count",
                    f"top {n} QRHead heads")
-        for n in (1, 4, 8, 16, 32, 64) if n != default_heads
+        for n in head_counts if n != default_heads
     ]  # fmt: skip
     experiments += [
         Experiment("dream", "heads-random", {**only, "methods.dream.head_selection": "random"},
                    "ablation-head-selection", f"{default_heads} heads drawn at random", head_selection_seeds),
         Experiment("dream", "heads-random-middle", {**only, "methods.dream.head_selection": "random-middle"},
                    "ablation-head-selection", f"{default_heads} heads drawn at random from the middle layers",
-                   head_selection_seeds),
+                   head_selection_seeds if random_middle_seeds is None else random_middle_seeds),
     ]  # fmt: skip
     experiments += [
         Experiment("dream", f"candidates-{k}", {**only, "data.num_candidates": k}, "ablation-candidates",

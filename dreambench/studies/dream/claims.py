@@ -8,6 +8,7 @@ import pandas as pd
 
 from ...evaluation.metrics import MAIN_METRIC
 from ...method import METHODS
+from ...profiles import PROFILES
 from ...report import ReportContext, markdown_table, row_label, runs_learned, significance
 
 # ---- the paper's claims (DREAM §4.2 and §5–6) checked on this profile's results ------------------------------
@@ -18,10 +19,13 @@ PAPER_METHOD_NAMES = {
     "replug": "REPLUG",
     "revela": "Revela",
     "dream": "DREAM",
+    "drama": "Drama",
+    "llmql": "LLM-QL",
 }
-# where the paper compares DREAM with each baseline; a baseline added since is compared all the same
+# where the DREAM paper compares DREAM with each baseline; a baseline added since is compared all the same
 PAPER_TABLES = {"infonce": "Tables 1, 4–5", "replug": "Tables 1, 4–5", "revela": "Tables 1, 4–5"}
 PAPER_HEAD_COUNTS = (1, 4, 8, 16, 32, 64)  # Fig. 3; the paper finds 16 best
+NOT_PLANNED = "not in this profile's plan"
 DECISIVE_SEEDS = 3  # an ablation claim on fewer seeds is labelled indicative
 
 
@@ -77,6 +81,7 @@ def claims_table(
     p_values: pd.DataFrame,
     training: pd.DataFrame | None = None,
     p_values_without: dict[int, pd.DataFrame] | None = None,
+    planned: set[str] | None = None,
 ) -> pd.DataFrame:
     """Each of the paper's claims checked on these results, whichever way it falls.
 
@@ -90,8 +95,14 @@ def claims_table(
     the ablation's sets and those seeds (no significance test), say in how many of them each row learned, and
     are *indicative* on fewer than :data:`DECISIVE_SEEDS` seeds. Every verdict is recomputed with each seed left
     out (``p_values_without``: the significance table without that seed; missing: the baseline claims' tests
-    keep every seed) and says which removal changes it.
+    keep every seed) and says which removal changes it. ``planned``: the rows (``method`` or ``method/experiment``)
+    the profile's plan runs (None: every row); a claim whose rows it does not plan reads "not in this profile's
+    plan" rather than "not run yet", and Fig. 3 compares the head counts it plans.
     """
+
+    def absent(*wanted: str) -> str:
+        return "not run yet" if planned is None or set(wanted) <= planned else NOT_PLANNED
+
     rows = []
     sets = [c for c in main.columns if not str(c).startswith("avg ")]
     scores = frame[frame.metric == MAIN_METRIC]
@@ -122,7 +133,7 @@ def claims_table(
 
         diff = differences(matched)
         if diff.empty:
-            rows.append({"claim": claim, "measured": "not run yet", "verdict": "–"})
+            rows.append({"claim": claim, "measured": absent("dream", other), "verdict": "–"})
             continue
         tested = tests_for(other, diff.index, p_values)
         significant = diff[tested < 0.05]
@@ -208,7 +219,7 @@ def claims_table(
         datasets = sorted(set(scores[scores.group == group].dataset))
         seeds, note, caveat = matched([ours, theirs], datasets)
         if not seeds:
-            rows.append({"claim": claim, "measured": "not run yet", "verdict": "–"})
+            rows.append({"claim": claim, "measured": absent(ours, theirs), "verdict": "–"})
             continue
 
         def pair_verdict(kept: set[int], ours=ours, theirs=theirs, datasets=datasets, claim=claim) -> str:
@@ -225,12 +236,13 @@ def claims_table(
     claim = "16 heads is the best head count (Fig. 3)"
     # progressive: the head counts run so far (at seeds the default also ran); a count that beats 16 already
     # decides the claim, while 16 ahead of the others decides it only once every count has run
-    ran = [n for n in PAPER_HEAD_COUNTS if complete_seeds(head_row(n), datasets)]
+    counts_planned = [n for n in PAPER_HEAD_COUNTS if planned is None or head_row(n) in planned]
+    ran = [n for n in counts_planned if complete_seeds(head_row(n), datasets)]
     decidable = 16 in ran and len(ran) > 1
     seeds, note, caveat = matched([head_row(n) for n in ran], datasets) if decidable else (set(), "", "")
     if seeds:
         counts = {n: mean_over(head_row(n), datasets, seeds) for n in ran}
-        left = [n for n in PAPER_HEAD_COUNTS if n not in ran]
+        left = [n for n in counts_planned if n not in ran]
         pending = f"; top {', '.join(map(str, left))} not run yet" if left else ""
 
         def count_verdict(kept: set[int]) -> str:
@@ -240,7 +252,8 @@ def claims_table(
 
         base = count_verdict(seeds)
         robustness = _robustness(seeds, base, lambda s: count_verdict(seeds - {s}))
-        label = f"({_seeds_count(seeds)}{_indicative(seeds)})"
+        among = "" if counts_planned == list(PAPER_HEAD_COUNTS) else f"among top {', '.join(map(str, ran))}; "
+        label = f"({among}{_seeds_count(seeds)}{_indicative(seeds)})"
         verdict = (f"– (16 best so far; {_seeds_count(seeds)}{_indicative(seeds)})" if base == "–"
                    else f"{base} {label}{caveat}") + robustness  # fmt: skip
         measured = (
@@ -249,7 +262,8 @@ def claims_table(
         )
         rows.append({"claim": claim, "measured": measured, "verdict": verdict})
     else:
-        rows.append({"claim": claim, "measured": "not run yet", "verdict": "–"})
+        measured = "not run yet" if planned is None or len(counts_planned) > 1 else NOT_PLANNED
+        rows.append({"claim": claim, "measured": measured, "verdict": "–"})
     return pd.DataFrame(rows).set_index("claim")
 
 
@@ -263,8 +277,16 @@ def leave_one_seed_out(ctx: ReportContext) -> dict[int, pd.DataFrame]:
     return {k: significance(ctx.results_dir, ctx.profile, ctx.reference, leave_out=k)[0] for k in seeds}
 
 
+def planned_rows(profile: str) -> set[str] | None:
+    """The rows the profile's plan runs (None for a profile not registered: every row counts as planned)."""
+    if profile not in PROFILES:
+        return None
+    return {row_label(e.method, e.name) for e in PROFILES.get(profile).experiments}
+
+
 def claims(ctx: ReportContext) -> list[str]:
-    table = claims_table(ctx.frame, ctx.main, ctx.p_values, ctx.training, leave_one_seed_out(ctx))
+    table = claims_table(ctx.frame, ctx.main, ctx.p_values, ctx.training, leave_one_seed_out(ctx),
+                         planned_rows(ctx.profile))  # fmt: skip
     table.to_csv(ctx.out / "claims.csv")
     return [
         "## The paper's claims at this scale",
