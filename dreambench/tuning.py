@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, apply_overrides, check_ranges, fingerprint, to_jsonable
+from .data.training import data_fingerprint
 from .method import METHODS
 from .profiles import Profile
 from .results import load_tuning
@@ -120,20 +121,25 @@ def _score_point(
     method: str, config: RunConfig, seeds: Sequence[int], workspace: Workspace,
     recorded: Mapping[str, dict[str, Any]] | None = None, record_to: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """One grid point trained at every seed (a seed whose run ``recorded`` holds is taken from it): the mean of
-    each score over the seeds (None where a seed failed), the summed training time, and each seed's own record;
-    each run trained is added to the runs file of the tuning record ``record_to`` as it finishes."""
+    """One grid point trained at every seed (a seed whose run ``recorded`` holds, on the same training data, is
+    taken from it and marked ``reused``): the mean of each score over the seeds (None where a seed failed), the
+    summed training time (reused runs count the time they took when trained), and each seed's own record; each
+    run is added to the runs file of the tuning record ``record_to`` as it finishes."""
     runs = []
     for seed in seeds:
         seeded = apply_overrides(config, {"train.seed": seed}, where=f"tuning {method} seed {seed}")
         name = METHODS.get(method)(seeded, workspace, "tune").checkpoint_dir().name
-        if recorded and name in recorded:
+        # the checkpoint name keys the configuration; the data's own fingerprint (its construction version, the
+        # generator's prompt, the source package) must match too, or the run is trained again
+        data = data_fingerprint(seeded.data)
+        run = (recorded or {}).get(name)
+        if run is not None and run.get("training_data") == data:
             log.info("tuning %s seed %d: recorded in the tuning record (%s), not trained again", method, seed, name)
-            runs.append({**recorded[name], "seed": seed})
-            continue
-        runs.append({"seed": seed, **_train_and_score(method, seeded, workspace)})
+            runs.append({**run, "seed": seed, "reused": True})
+        else:
+            runs.append({"seed": seed, **_train_and_score(method, seeded, workspace), "training_data": data})
         if record_to is not None and not runs[-1].get("failed"):
-            _record_run(record_to, runs[-1])
+            _record_run(record_to, {k: v for k, v in runs[-1].items() if k != "reused"})
     point: dict[str, Any] = {"seeds": runs}
     for key in MEANS:
         values = [r.get(key) for r in runs]

@@ -86,16 +86,20 @@ def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(t
              "heldout_top1": 0.18, "first_loss": 10.3, "final_loss": 5.9, "train_seconds": 60.0}  # fmt: skip
     folder = tmp_path / "mini" / "tuning"
     folder.mkdir(parents=True)
+    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": False, "points": [point]}))
     (folder / "revela.json").write_text(json.dumps({"method": "revela", "complete": False, "points": [point]}))
     table, lines = tuning_section(tmp_path, "mini")
-    assert len(table) == 1 and table["chosen"].tolist() == [""]
-    committed = dict(PROFILES.get("mini").tuned.get("revela", {}))
-    assert lines[0] == (f"- revela: search incomplete (1 point so far; the main table runs at the profile's values "
-                        f"{committed}; resume with `python run_all.py --profile mini --tune --methods revela`; a run "
+    assert len(table) == 2 and table["chosen"].tolist() == ["", ""]
+    committed = dict(PROFILES.get("mini").tuned.get("infonce", {}))
+    assert lines[0] == (f"- infonce: search incomplete (1 point so far; the main table runs at the profile's values "
+                        f"{committed}; resume with `python run_all.py --profile mini --tune --methods infonce`; a run "
                         "this record or its runs file holds is not trained again, one whose checkpoint is in the cache "
                         "is loaded, any other is trained).")  # fmt: skip
-    assert lines[1].startswith("- not tuned yet (run at the profile's values): ")
-    assert "dream" in lines[1] and "infonce" in lines[1] and "revela" not in lines[1].split(";")[0]
+    # a stored search of a method the profile leaves out gives no resume command that would fail
+    assert lines[1] == ("- revela: a stored search, but profile mini does not search revela (1 point(s) shown; its "
+                        "main table does not run it).")
+    assert lines[2].startswith("- not tuned yet (run at the profile's values): ")
+    assert "dream" in lines[2] and "infonce" not in lines[2].split(";")[0]
 
 
 def test_each_point_trains_at_every_tuning_seed_and_the_mean_decides(workspace, monkeypatch):
@@ -135,20 +139,24 @@ def test_a_resumed_search_takes_recorded_runs_and_trains_only_the_rest(workspace
 
     from dreambench import tuning
 
-    trained = []
+    trained, stop_at = [], [3]
+
+    class Stopped(Exception):
+        pass
 
     def fake(method, config, ws):
         trained.append((config.train.lr, config.train.seed))
-        if len(trained) == 3:
-            raise KeyboardInterrupt  # the session stops during the third run
+        if len(trained) in stop_at:
+            raise Stopped  # the session stops during the third run
         name = METHODS.get(method)(config, ws, "tune").checkpoint_dir().name
         return {"checkpoint": name, "heldout_mrr": 0.5 + config.train.lr, "train_seconds": 30.0}
 
     monkeypatch.setattr(tuning, "_train_and_score", fake)
     profile = dataclasses.replace(PROFILES.get("smoke"), tuning={"infonce": (("train.lr", (3e-4, 1e-3)),)},
                                   tuning_seeds=(0, 1))  # fmt: skip
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Stopped):
         tuning.tune(profile, profile.config, "infonce", workspace)
+    stop_at.clear()
     path = tuning.tuning_path(workspace.results_dir, "smoke", "infonce")
     assert len(json.loads(tuning.runs_path(path).read_text())) == 2  # both seeds of the first point
     trained.clear()
@@ -156,3 +164,13 @@ def test_a_resumed_search_takes_recorded_runs_and_trains_only_the_rest(workspace
     assert trained == [(1e-3, 0), (1e-3, 1)]  # the first point's two runs came from the runs file
     assert record["chosen"] == {"train.lr": 1e-3}
     assert [r["heldout_mrr"] for r in record["points"][0]["seeds"]] == [pytest.approx(0.5003)] * 2
+    assert [r.get("reused") for p in record["points"] for r in p["seeds"]] == [True, True, None, None]
+    # a recorded run on other training data (another construction version, say) is trained again
+    runs = json.loads(tuning.runs_path(path).read_text())
+    for run in runs.values():
+        run["training_data"] = "other-data"
+    tuning.runs_path(path).write_text(json.dumps(runs))
+    path.unlink()
+    trained.clear()
+    tuning.tune(profile, profile.config, "infonce", workspace)
+    assert trained == [(3e-4, 0), (3e-4, 1), (1e-3, 0), (1e-3, 1)]

@@ -126,7 +126,11 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
                 "train min": (point.get("train_seconds") or 0) / 60 or None,
                 "chosen": "✔" if final_axis else ("failed" if point.get("failed") else ""),
             })  # fmt: skip
-        if not record["complete"]:
+        searched = profile not in PROFILES or method in PROFILES.get(profile).tuning
+        if not searched:
+            lines.append(f"- {method}: a stored search, but profile {profile} does not search {method} "
+                         f"({len(record['points'])} point(s) shown; its main table does not run it).")  # fmt: skip
+        elif not record["complete"]:
             n_points = len(record["points"])
             lines.append(f"- {method}: search incomplete ({n_points} point{'s' if n_points != 1 else ''} so far; "
                          f"the main table runs at the profile's values {dict(committed.get(method, {}))}; resume with "

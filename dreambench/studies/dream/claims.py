@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ...config import method_params
 from ...evaluation.metrics import MAIN_METRIC
 from ...method import METHODS
 from ...profiles import PROFILES
@@ -82,6 +83,7 @@ def claims_table(
     training: pd.DataFrame | None = None,
     p_values_without: dict[int, pd.DataFrame] | None = None,
     planned: set[str] | None = None,
+    defaults: tuple[int, int] | None = None,
 ) -> pd.DataFrame:
     """Each of the paper's claims checked on these results, whichever way it falls.
 
@@ -97,7 +99,8 @@ def claims_table(
     out (``p_values_without``: the significance table without that seed; missing: the baseline claims' tests
     keep every seed) and says which removal changes it. ``planned``: the rows (``method`` or ``method/experiment``)
     the profile's plan runs (None: every row); a claim whose rows it does not plan reads "not in this profile's
-    plan" rather than "not run yet", and Fig. 3 compares the head counts it plans.
+    plan" rather than "not run yet", and Fig. 3 compares the head counts it plans. ``defaults``: the profile's
+    DREAM head count and K, for the claims' reference rows before DREAM's default row has run.
     """
 
     def absent(*wanted: str) -> str:
@@ -194,11 +197,12 @@ def claims_table(
         return seeds, note, caveat  # fmt: skip
 
     dream = frame[(frame.method == "dream") & (frame.experiment == "default")]
-    heads = int(dream.params.iloc[0].get("num_heads", 16)) if not dream.empty else 16
+    fallback_heads, fallback_k = defaults or (16, 16)  # before DREAM's default row exists: the profile's values
+    heads = int(dream.params.iloc[0].get("num_heads", 16)) if not dream.empty else fallback_heads
     k = (
         int(dream.num_candidates.iloc[0])
         if not dream.empty and pd.notna(dream.num_candidates.iloc[0])
-        else 16
+        else fallback_k
     )
 
     def head_row(n: int) -> str:
@@ -284,9 +288,17 @@ def planned_rows(profile: str) -> set[str] | None:
     return {row_label(e.method, e.name) for e in PROFILES.get(profile).experiments}
 
 
+def dream_defaults(profile: str) -> tuple[int, int] | None:
+    """The profile's DREAM head count and K (None for a profile not registered)."""
+    if profile not in PROFILES:
+        return None
+    config = PROFILES.get(profile).config
+    return method_params(METHODS.get("dream").Params, config, "dream").num_heads, config.data.num_candidates
+
+
 def claims(ctx: ReportContext) -> list[str]:
     table = claims_table(ctx.frame, ctx.main, ctx.p_values, ctx.training, leave_one_seed_out(ctx),
-                         planned_rows(ctx.profile))  # fmt: skip
+                         planned_rows(ctx.profile), dream_defaults(ctx.profile))  # fmt: skip
     table.to_csv(ctx.out / "claims.csv")
     return [
         "## The paper's claims at this scale",
