@@ -188,10 +188,8 @@ def _build_instances(
     """``needed`` instances from targets in seeded order; targets whose query fails are replaced by the next.
 
     Returns the instances and the number of failed queries. Queries come in rounds of 1.05× what is still
-    missing (at least 4), so a generator that fails on some passages costs another round, not instances. With
-    generated queries the instances do not depend on the round size: they are the first ``needed`` targets of
-    the seeded order whose query succeeds, and generation is greedy and per passage (cropped queries, the
-    tests' source, are seeded by the round's position, so there they do).
+    missing (at least 4): a failed query costs another round, not an instance. Generated queries make the
+    instances independent of the round size (greedy, per passage); cropped ones are seeded by its position.
     """
     rng = random.Random(seed)
     one_document = data.candidate_sets == "one-document"
