@@ -58,14 +58,17 @@ def plan_jobs(
             continue
         selected.append(exp)
     # a registered method the profile does not list (one it leaves out, say) runs its default experiment at the
-    # profile's values, also when named as ``default`` (the command the report prints for a stored result)
-    unlisted = [n for n in methods or () if not any(e.method == n for e in profile.experiments)]
+    # profile's values, also when named as ``default`` (the command the report prints for a stored result), or by
+    # ``--experiments <method>/default`` alone
+    named = [*(methods or ()), *(e[: -len("/default")] for e in experiments or () if e.endswith("/default"))]
+    absent = [n for n in dict.fromkeys(named) if n in METHODS and not any(e.method == n for e in profile.experiments)]
+    unlisted = [n for n in absent if not methods or n in methods]  # --methods, when given, still filters
     for name in unlisted:
         if not experiments or "default" in experiments or f"{name}/default" in experiments:
             selected.append(Experiment(name))
     if experiments:
         known = {e.name for e in profile.experiments} | {f"{e.method}/{e.name}" for e in profile.experiments}
-        known |= {"default", *(f"{name}/default" for name in unlisted)}
+        known |= {"default", *(f"{name}/default" for name in absent)}
         unknown = [e for e in experiments if e not in known]
         if unknown:
             raise ValueError(
@@ -114,16 +117,20 @@ def check_models(config: RunConfig, method: str, where: str) -> None:
             raise ConfigError(f"{where}: {exc}") from None
 
 
-STAGES = ("main table", "ablations", "further seeds")
+STAGES = ("main table", "main-table seeds", "ablations", "ablation seeds")
 
 
 def stage_jobs(jobs: list[Job]) -> list[tuple[str, list[Job]]]:
-    """The progressive order of a plan: the main table at the profile's seed (every method, every set)
-    first, then the ablations, then the main table's further seeds; empty stages are left out."""
+    """The progressive order of a plan: the main table at the profile's seed (every method, every set) first,
+    then its further seeds (the main table with every seed is what the comparison rests on), then the
+    ablations, then the ablations' further seeds; empty stages are left out."""
     seeded = [j for j in jobs if SEED_MARK in j.experiment.name]
     main = [j for j in jobs if j.experiment.group == "main" and j not in seeded]
+    main_seeds = [j for j in seeded if j.experiment.group == "main"]
     ablations = [j for j in jobs if j.experiment.group != "main" and j not in seeded]
-    return [(name, stage) for name, stage in zip(STAGES, (main, ablations, seeded), strict=True) if stage]
+    ablation_seeds = [j for j in seeded if j.experiment.group != "main"]
+    stages = (main, main_seeds, ablations, ablation_seeds)
+    return [(name, stage) for name, stage in zip(STAGES, stages, strict=True) if stage]
 
 
 _SIGNATURE_BLOCK = 1 << 20

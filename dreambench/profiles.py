@@ -63,6 +63,9 @@ class Profile:
     # main-table methods this profile leaves out of its plan and search, each with the measured reason the report
     # shows (they still run when named: ``--methods revela``)
     left_out: Mapping[str, str] = field(default_factory=dict)
+    # wall-time targets (minutes) on the machine the profile is sized for; the report's stage table sets its
+    # totals against them: "training data", "main table, every seed", "full default"
+    wall_targets: Mapping[str, float] = field(default_factory=dict)
 
     def experiments_for(self, method: str) -> list[Experiment]:
         return [e for e in self.experiments if e.method == method]
@@ -234,6 +237,7 @@ def _mini() -> Profile:
         tuning_seeds=(0, 1),
         seeds=(0, 1, 2),
         left_out=MINI_LEFT_OUT,
+        wall_targets={"training data": 10, "main table, every seed": 120, "full default": 240},  # on 2 CPU cores
     )
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,15 +120,18 @@ def _record_run(path: Path, run: dict[str, Any]) -> None:
 def _score_point(
     method: str, config: RunConfig, seeds: Sequence[int], workspace: Workspace,
     recorded: Mapping[str, dict[str, Any]] | None = None, record_to: Path | None = None,
+    on_run: Callable[[], object] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """One grid point trained at every seed (a seed whose run ``recorded`` holds, on the same training data, is
     taken from it and marked ``reused``): the mean of each score over the seeds (None where a seed failed), the
     summed training time (reused runs count the time they took when trained), and each seed's own record; each
-    run is added to the runs file of the tuning record ``record_to`` as it finishes."""
+    run is added to the runs file of the tuning record ``record_to`` as it finishes, and ``on_run`` is called
+    after each run it trained (not after one whose trained weights it found in the cache)."""
     runs = []
     for seed in seeds:
         seeded = apply_overrides(config, {"train.seed": seed}, where=f"tuning {method} seed {seed}")
-        name = METHODS.get(method)(seeded, workspace, "tune").checkpoint_dir().name
+        folder = METHODS.get(method)(seeded, workspace, "tune").checkpoint_dir()
+        name = folder.name
         # the checkpoint name keys the configuration; the data's own fingerprint (its construction version, the
         # generator's prompt, the source package) must match too, or the run is trained again
         data = data_fingerprint(seeded.data)
@@ -137,7 +140,10 @@ def _score_point(
             log.info("tuning %s seed %d: recorded in the tuning record (%s), not trained again", method, seed, name)
             runs.append({**run, "seed": seed, "reused": True})
         else:
+            cached = checkpoint_state(folder) == "trained weights cached"  # then it is loaded, not trained
             runs.append({"seed": seed, **_train_and_score(method, seeded, workspace), "training_data": data})
+            if on_run is not None and not cached:
+                on_run()
         if record_to is not None and not runs[-1].get("failed"):
             _record_run(record_to, {k: v for k, v in runs[-1].items() if k != "reused"})
     point: dict[str, Any] = {"seeds": runs}
@@ -156,8 +162,11 @@ def _score_point(
     return point
 
 
-def tune(profile: Profile, config: RunConfig, method: str, workspace: Workspace) -> dict[str, Any]:
-    """Run (or resume) the coordinate search for ``method``; write and return its tuning record."""
+def tune(
+    profile: Profile, config: RunConfig, method: str, workspace: Workspace, on_run: Callable[[], object] | None = None
+) -> dict[str, Any]:
+    """Run (or resume) the coordinate search for ``method``; write and return its tuning record (``on_run``: called
+    after each run it trains, not after those it takes from the records)."""
     grid = profile.tuning[method]
     seeds = tuning_seeds(profile, config)
     path = tuning_path(workspace.results_dir, profile.name, method)
@@ -173,7 +182,7 @@ def tune(profile: Profile, config: RunConfig, method: str, workspace: Workspace)
             ident = fingerprint(point_config)
             if ident not in seen:  # a point already trained in an earlier axis is not trained again
                 log.info("tuning %s: %s (seeds %s)", method, _label(overrides), ", ".join(map(str, seeds)))
-                seen[ident] = _score_point(method, point_config, seeds, workspace, recorded, path)
+                seen[ident] = _score_point(method, point_config, seeds, workspace, recorded, path, on_run)
             record = {"axis": key, "value": value, "overrides": dict(overrides), **seen[ident]}
             points.append(record)
             scored.append(record)
@@ -191,10 +200,12 @@ def tune(profile: Profile, config: RunConfig, method: str, workspace: Workspace)
 def describe(profile: Profile, config: RunConfig, method: str, workspace: Workspace) -> list[str]:
     """What ``--tune --dry-run`` prints for ``method``: every axis, and for the points that are known before
     anything trains (the first axis, or every axis once a stored search has chosen the earlier ones) their
-    checkpoint and whether it is cached. Nothing is trained or loaded."""
+    checkpoint and whether it is cached, or that a recorded run on the same data stands for it (the search
+    reuses it). Nothing is trained or loaded."""
     grid = profile.tuning[method]
     stored = load_tuning(workspace.results_dir, profile.name).get(method) or {}
     done = {(p["axis"], repr(p["value"])): p for p in stored.get("points", [])}
+    recorded = recorded_runs(tuning_path(workspace.results_dir, profile.name, method))
     axes = f"{len(grid)} {'axis' if len(grid) == 1 else 'axes'}"
     seeds = tuning_seeds(profile, config)
     lines = [f"{method}: {axes}, coordinate search in this order, {config.train.steps} steps per point at seed"
@@ -211,7 +222,13 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
             for seed in seeds:
                 point_config = apply_overrides(config, {**chosen, key: value, "train.seed": seed})
                 folder = METHODS.get(method)(point_config, workspace, "tune").checkpoint_dir()
-                lines.append(f"    {value!s:<10} seed {seed}: {checkpoint_state(folder)} -> {folder}")
+                run = recorded.get(folder.name)
+                if run is not None and run.get("training_data") == data_fingerprint(point_config.data):
+                    mrr = run.get("heldout_mrr")
+                    state = f"recorded, held-out MRR {'n/a' if mrr is None else f'{mrr:.4f}'} (not trained again)"
+                else:
+                    state = f"{checkpoint_state(folder)} -> {folder}"
+                lines.append(f"    {value!s:<10} seed {seed}: {state}")
         scored = [done[(key, repr(v))] for v in values if (key, repr(v)) in done]
         usable = [p for p in scored if p.get("heldout_mrr") is not None and math.isfinite(p["heldout_mrr"])]
         if len(scored) < len(values) or not usable:

@@ -124,10 +124,13 @@ def test_smoke_profile_killed_midway_and_resumed_gives_the_uninterrupted_results
     assert (again, "training data") not in stages  # built by the killed run: reading it again is not work
     report = (workspace.reports_dir / "smoke" / "report.md").read_text()
     section = report.split("## Wall time per stage")[1].split("\n## ")[0]
-    rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| ")}
+    table, totals = section.split("\n\n")[1], section.split("Totals against the profile's targets")[1]
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
     assert list(rows)[1:] == ["training data", "main table"]  # after the header, in the order they run
     assert rows["main table"].split("|")[3].strip() == "2" and rows["main table"].split("|")[4].strip() == "1"
-    assert "The main table took" in section
+    totals = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in totals.splitlines()
+              if line.startswith("| ")}  # fmt: skip
+    assert totals["main table, every seed"] == "training data + main table" == totals["full default"]
     # the printed commands name the trained methods' seeds (without --seeds a profile picks its own)
     commands = [line for line in report.splitlines() if line.startswith("- `python run_all.py --profile smoke")]
     assert any("dream" in c and "--seeds 0 " in c for c in commands)

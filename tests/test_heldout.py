@@ -33,6 +33,12 @@ def test_ranking_and_geometry_of_the_candidates():
     collapsed = _Table({"q": [1.0, 0.0], "a": [0.0, 2.0], "b": [0.0, 1.0], "c": [0.0, 3.0]})
     geometry = heldout.candidate_geometry(collapsed, [_instance()])
     assert geometry == {"candidate_cosine": pytest.approx(1.0), "score_range": pytest.approx(0.0)}
+    # a collapsed retriever (every candidate scored alike) never ranks the target first: ties count against it
+    ranking = heldout.candidate_ranking(collapsed, [_instance(0), _instance(2)])
+    assert ranking["top1"] == 0.0 and ranking["mrr"] == pytest.approx(1 / 3)
+    tied = _Table({"q": [1.0, 0.0], "a": [1.0, 0.0], "b": [1.0, 0.0], "c": [0.0, 1.0]})
+    assert heldout.candidate_ranking(tied, [_instance(0)]) | {"instances": 1} == pytest.approx(
+        {"top1": 0.0, "mrr": 0.5, "chance_top1": 1 / 3, "instances": 1})
 
 
 def test_the_command_inspects_a_cached_run_and_never_trains(workspace, smoke_run, capsys):

@@ -107,5 +107,8 @@ def test_a_method_the_profile_leaves_out_is_not_planned_but_runs_when_named():
         jobs = plan_jobs(mini, mini.config, ["revela"], ["nano-scifact"], experiments, [0])
         assert {(j.experiment.method, j.experiment.name) for j in jobs} == {("revela", "default")}, experiments
         assert all(j.config == mini.config for j in jobs)
+    jobs = plan_jobs(mini, mini.config, None, ["nano-scifact"], ["revela/default"], [0])  # named by experiment only
+    assert {(j.experiment.method, j.experiment.name) for j in jobs} == {("revela", "default")}
+    assert not plan_jobs(mini, mini.config, ["bm25"], ["nano-scifact"], ["revela/default", "default"], [0])[1:]
     with pytest.raises(ValueError, match="unknown experiment"):
         plan_jobs(mini, mini.config, ["revela"], None, ["heads-top99"], None)

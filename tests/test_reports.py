@@ -281,8 +281,8 @@ def test_ablations_compare_with_the_default_at_the_seeds_they_ran(tmp_path):
 
 def test_still_to_run_lists_what_is_missing_in_the_order_the_plan_runs_it(tmp_path):
     """The report's 'Still to run' line names every missing experiment in run order (main table, then
-    ablations, then further seeds), each with its stage, and counts only results not stored yet."""
-    from dreambench.plan import plan_jobs, stage_jobs
+    main-table seeds, ablations, ablation seeds), each with its stage, and counts only results not stored yet."""
+    from dreambench.plan import STAGES, plan_jobs, stage_jobs
     from dreambench.profiles import PROFILES
     from dreambench.report import pending_lines
     from dreambench.results import ResultKey
@@ -304,8 +304,8 @@ def test_still_to_run_lists_what_is_missing_in_the_order_the_plan_runs_it(tmp_pa
     expected = [f"{j.experiment.method}/{j.experiment.name}" for _, jobs in stages for j in jobs][1:]
     assert names == list(dict.fromkeys(expected))
     stage_order = [line.rsplit("(", 1)[1].rstrip(")") for line in items]
-    assert stage_order == sorted(stage_order, key=["main table", "ablations", "further seeds"].index)
-    assert stage_order[0] == "main table" and stage_order[-1] == "further seeds"
+    assert stage_order == sorted(stage_order, key=list(STAGES).index)
+    assert stage_order[0] == "main table" and stage_order[-1] == "ablation seeds"
     assert first.experiment.method not in main_rows
 
 
@@ -480,3 +480,29 @@ def test_the_training_data_section_names_source_construction_generator_counts_an
                  f"{smoke.num_train}/{smoke.num_heldout}/{smoke.num_probe}",
                  "tiny-llama (dream, replug, revela)"):  # fmt: skip
         assert f" {cell} " in row, cell
+
+
+def test_the_stage_totals_are_set_against_the_profiles_targets():
+    """The totals the wall-time targets name: the training data; the main table with every seed (data, seed 0,
+    the further seeds); the full default (every stage but the search, which the default run does not do). A
+    total with results still to run, or whose stage no invocation finished, is not complete: within its
+    target it reads "so far"."""
+    from dreambench.profiles import PROFILES
+    from dreambench.report.runs import stage_totals
+
+    table = pd.DataFrame({"wall min": [55.0, 300.0, 40.0, 90.0, 30.0], "invocations": [2, 1, 1, 1, 1],
+                          "interrupted": [1, 0, 0, 0, 0]},
+                         index=["training data", "tuning", "main table", "main-table seeds", "ablations"])  # fmt: skip
+    targets = PROFILES.get("mini").wall_targets
+    assert dict(targets) == {"training data": 10, "main table, every seed": 120, "full default": 240}
+    totals = stage_totals(table, targets, ["ablations"])
+    assert totals["wall min"].to_dict() == {"training data": 55.0, "main table, every seed": 185.0,
+                                            "full default": 215.0}  # the search is not part of the default run
+    assert totals["within target"].to_dict() == {"training data": "no", "main table, every seed": "no",
+                                                 "full default": "so far"}  # fmt: skip
+    assert totals["complete"].tolist() == ["yes", "yes", "no: still to run"]
+    done = stage_totals(table.drop(index="main-table seeds"), targets, [])
+    assert done.loc["main table, every seed", "wall min"] == 95.0 and done["within target"].tolist() == [
+        "no", "yes", "yes"]
+    unfinished = table.assign(interrupted=[2, 0, 0, 0, 0])  # the data build was never finished: not complete
+    assert stage_totals(unfinished, targets)["complete"].tolist() == ["no: still to run"] * 3

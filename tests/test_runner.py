@@ -495,15 +495,16 @@ def test_paper_profile_dry_run_works_offline(workspace, capsys):
     assert "accelerator memory" in out and "meta-llama/Llama-3.1-8B-Instruct (~16.1 GB)" in out
 
 
-def test_the_plan_runs_main_table_first_then_ablations_then_further_seeds():
+def test_the_plan_runs_the_main_table_with_every_seed_first_then_the_ablations():
     from dreambench.plan import stage_jobs
     from dreambench.profiles import not_in_main_table
 
     mini = PROFILES_.get("mini")
     jobs = plan_jobs(mini, mini.config)
     stages = stage_jobs(jobs)
-    assert [name for name, _ in stages] == ["main table", "ablations", "further seeds"]
-    main, ablations, seeds = (stage for _, stage in stages)
+    assert [name for name, _ in stages] == ["main table", "main-table seeds", "ablations", "ablation seeds"]
+    main, main_seeds, ablations, ablation_seeds = (stage for _, stage in stages)
+    seeds = main_seeds + ablation_seeds
     # cheapest first; every main-table method but those the profile does not run (Revela for its cost,
     # DiffRetriever online only), each with its declared variants (PromptReps' dense and sparse rows)
     assert set(not_in_main_table(mini)) == {"revela", "diffretriever"}
@@ -527,6 +528,8 @@ def test_the_plan_runs_main_table_first_then_ablations_then_further_seeds():
     assert {j.config.train.seed for j in seeds if j.experiment.name.startswith("heads-random@")} == {1, 2}
     assert all(j.experiment.group == "ablation-head-selection" for j in seeds if "heads" in j.experiment.name)
     assert len(main) + len(ablations) + len(seeds) == len(jobs)
+    assert all(j.experiment.group == "main" for j in main_seeds) and all(j.experiment.group != "main"
+                                                                         for j in ablation_seeds)  # fmt: skip
     # --seeds overrides the profile's seeds for every trained experiment, ablations included
     one = plan_jobs(mini, mini.config, seeds=[0])
     assert not any("@" in j.experiment.name for j in one) and len(one) == len(main) + len(ablations)

@@ -7,7 +7,7 @@ import pytest
 import run_all
 from dreambench.method import METHODS
 from dreambench.profiles import PROFILES
-from dreambench.results import load_tuning
+from dreambench.results import load_stage_records, load_tuning
 
 
 def _args(workspace):
@@ -25,6 +25,10 @@ def test_tuning_trains_every_grid_point_and_keeps_the_held_out_best(workspace, c
 
     assert run_all.main([*_args(workspace), "--tune", "--methods", "infonce"]) == 0
     record = load_tuning(workspace.results_dir, "smoke")["infonce"]
+    # its wall time is the report's *tuning* stage, counting every run it trained (each distinct point once)
+    stage = [r for r in load_stage_records(workspace.results_dir, "smoke") if r["stage"] == "tuning"]
+    distinct = len({json.dumps(p["overrides"], sort_keys=True) for p in record["points"]})
+    assert len(stage) == 1 and stage[0]["finished"] and stage[0]["outcomes"] == {"computed": distinct}
     assert record["complete"] and [p["axis"] for p in record["points"]] == [k for k, vs in grid for _ in vs]
     chosen = {}
     for key, values in grid:  # coordinate search: each axis picks its best point given the earlier choices
@@ -45,6 +49,7 @@ def test_tuning_trains_every_grid_point_and_keeps_the_held_out_best(workspace, c
     assert run_all.main([*_args(workspace), "--tune", "--methods", "infonce"]) == 0
     after = {p.parent.name: p.stat().st_mtime_ns for p in (workspace.cache_dir / "checkpoints" / "smoke").glob("*/final.pt")}
     assert before == after and len(before) >= 2
+    assert len([r for r in load_stage_records(workspace.results_dir, "smoke") if r["stage"] == "tuning"]) == 1
     assert json.loads((workspace.results_dir / "smoke" / "tuning" / "infonce.json").read_text())["chosen"] == chosen
 
     # with results to show, the report's Tuning section lists every point and says the profile is not tuned
@@ -90,9 +95,9 @@ def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(t
     (folder / "revela.json").write_text(json.dumps({"method": "revela", "complete": False, "points": [point]}))
     table, lines = tuning_section(tmp_path, "mini")
     assert len(table) == 2 and table["chosen"].tolist() == ["", ""]
-    committed = dict(PROFILES.get("mini").tuned.get("infonce", {}))
+    lr = PROFILES.get("mini").config.train.lr  # not tuned yet: the profile's own learning rate, not "{}"
     assert lines[0] == (f"- infonce: search incomplete (1 point so far; the main table runs at the profile's values "
-                        f"{committed}; resume with `python run_all.py --profile mini --tune --methods infonce`; a run "
+                        f"{ {'train.lr': lr} }; resume with `python run_all.py --profile mini --tune --methods infonce`; a run "
                         "this record or its runs file holds is not trained again, one whose checkpoint is in the cache "
                         "is loaded, any other is trained).")  # fmt: skip
     # a stored search of a method the profile leaves out gives no resume command that would fail
@@ -100,6 +105,14 @@ def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(t
                         "main table does not run it).")
     assert lines[2].startswith("- not tuned yet (run at the profile's values): ")
     assert "dream" in lines[2] and "infonce" not in lines[2].split(";")[0]
+    # a complete search that chose the profile's own value agrees with the profile, committed values or none
+    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": [point],
+                                                     "chosen": {"train.lr": lr}}))  # fmt: skip
+    assert tuning_section(tmp_path, "mini")[1][0] == f"- infonce: chose {{'train.lr': {lr}}}; the profile uses these values."
+    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": [point],
+                                                     "chosen": {"train.lr": 1e-3}}))  # fmt: skip
+    assert tuning_section(tmp_path, "mini")[1][0].startswith(
+        f"- infonce: chose {{'train.lr': 0.001}}, but the profile runs at {{'train.lr': {lr}}}: the main table does not")
 
 
 def test_each_point_trains_at_every_tuning_seed_and_the_mean_decides(workspace, monkeypatch):
@@ -159,6 +172,10 @@ def test_a_resumed_search_takes_recorded_runs_and_trains_only_the_rest(workspace
     stop_at.clear()
     path = tuning.tuning_path(workspace.results_dir, "smoke", "infonce")
     assert len(json.loads(tuning.runs_path(path).read_text())) == 2  # both seeds of the first point
+    path.unlink()  # only the runs file is left (the record of the finished point is gone too)
+    lines = tuning.describe(profile, profile.config, "infonce", workspace)  # --tune --dry-run says so
+    assert sum("recorded, held-out MRR 0.5003 (not trained again)" in line for line in lines) == 2
+    assert sum(" trains first -> " in line for line in lines) == 2 and not trained[3:]
     trained.clear()
     record = tuning.tune(profile, profile.config, "infonce", workspace)
     assert trained == [(1e-3, 0), (1e-3, 1)]  # the first point's two runs came from the runs file

@@ -93,7 +93,8 @@ def _merge_committed(profile: Profile, workspace: Workspace, target: Path) -> tu
             dest = target / profile.name / path.relative_to(ours)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, dest)
-    computed = sum(1 for _ in ours.glob("*/*/*.json")) if ours.is_dir() else 0
+    # results are <method>/<experiment>/<dataset>.json: tuning/runs/<method>.json and the stage records are not
+    computed = sum(p.parts[-3] in METHODS for p in ours.glob("*/*/*.json")) if ours.is_dir() else 0
     return computed, len(used), stale
 
 

@@ -20,20 +20,21 @@ from pathlib import Path
 
 from .. import distributed
 from ..config import ConfigError, apply_overrides, load_config_file, parse_cli_overrides
-from ..data.training import load_training_data
+from ..data.training import load_training_data, training_data_folder
 from ..method import METHODS, add_method_path
 from ..plan import plan_jobs
 from ..profiles import PROFILES, default_profile, with_experiments
 from ..projection import cached_path, calibrate, for_machine, load, machine_key, reference, save
 from ..registry import UnknownNameError
+from ..report.runs import profile_values
 from ..runner import Runner
 from ..study import STUDIES
 from ..tasks import TASKS, canonical_dataset, load_task, task_spec, user_folders
-from ..tuning import check_grid, describe
+from ..tuning import check_grid, describe, tuning_seeds
 from ..tuning import tune as search
 from ..workspace import Workspace
 from .reporting import check, render_report
-from .stages import run_stages
+from .stages import StageClock, run_stages
 
 log = logging.getLogger(__name__)
 
@@ -180,17 +181,21 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 
 
 def tune(profile, config, methods, workspace) -> int:
-    """``--tune``: the profile's grid search for each method; say whether the committed values agree."""
-    stale = []
-    for method in methods:
-        record = search(profile, config, method, workspace)
+    """``--tune``: the profile's grid search for each method, its wall time recorded as the *tuning* stage; say
+    whether the committed values agree."""
+    stale, records = [], {}
+    runs = sum(len(values) for method in methods for _, values in profile.tuning[method])
+    with StageClock(workspace, profile.name).stage("tuning", runs * len(tuning_seeds(profile, config))) as note:
+        for method in methods:
+            records[method] = search(profile, config, method, workspace, on_run=lambda: note(computed=1))
+    for method, record in records.items():
         print(f"{method}: chose {record['chosen']}")
         for point in record["points"]:
             mrr = point.get("heldout_mrr")
             print(f"    {point['axis']:<28} {point['value']!s:<8} held-out MRR "
                   f"{'failed' if mrr is None else f'{mrr:.4f}'}")  # fmt: skip
-        if dict(profile.tuned.get(method, {})) != record["chosen"]:
-            stale.append(method)
+        if profile_values(profile, method, list(record["chosen"])) != record["chosen"]:
+            stale.append(method)  # the main table runs at other values than the search chose
     path = render_report(profile, workspace)
     if stale:
         print(f"\nthe profile's committed values differ for {', '.join(stale)}: copy the choices above into "
@@ -201,9 +206,13 @@ def tune(profile, config, methods, workspace) -> int:
 
 
 def build_data(config, workspace) -> int:
-    """Build (or reuse) the shared training instances and the suite-built evaluation sets; print a summary."""
+    """Build (or reuse) the shared training instances and the suite-built evaluation sets; print a summary. A
+    build is recorded as the *training data* stage, as the default run records it."""
     start = time.perf_counter()
-    data = load_training_data(config, workspace)
+    with StageClock(workspace, config.profile).stage("training data", 1) as note:
+        built = not (training_data_folder(config.data, workspace) / "manifest.json").is_file()
+        data = load_training_data(config, workspace)
+        note(computed=int(built))
     counts = data.manifest["instances"]
     print(f"training data ({config.data.source}, K={config.data.num_candidates}, queries: {config.data.query_source}"
           f"{' by ' + config.data.query_generator if config.data.query_source == 'generate' else ''}): "

@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -37,6 +38,8 @@ class StageClock:
     to ``<results>/<profile>/stages/`` after every run (an interruption loses at most the run in progress), read
     by the report's *Wall time per stage*."""
 
+    HEARTBEAT_SECONDS = 60.0  # a stage's record is rewritten this often, so a killed long run loses at most this
+
     def __init__(self, workspace, profile: str, enabled: bool = True):
         self.workspace, self.profile, self.enabled = workspace, profile, enabled
         self.run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
@@ -48,23 +51,39 @@ class StageClock:
     def stage(self, name: str, jobs: int):
         """``with clock.stage(name, n) as note: ...``, calling ``note(outcomes)`` after each run (or
         ``note(computed=k)`` for work that is not a run). A stage that computed nothing and failed nothing (a
-        re-run over the cache) leaves no record; an interrupted one keeps what it wrote last."""
+        re-run over the cache) leaves no record; an interrupted one keeps what it wrote last (the record is
+        rewritten after each run and every :attr:`HEARTBEAT_SECONDS` in between)."""
         started, begun = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), time.perf_counter()
         counts: collections.Counter = collections.Counter()
+        lock = threading.Lock()  # the heartbeat writes from its own thread
 
         def write(finished: bool) -> None:
             if self.enabled:
-                write_stage_record(self.workspace.results_dir, self.profile, {
-                    **self.common, "stage": name, "started": started, "jobs": jobs, "finished": finished,
-                    "seconds": round(time.perf_counter() - begun, 1), "outcomes": dict(counts)})  # fmt: skip
+                with lock:
+                    write_stage_record(self.workspace.results_dir, self.profile, {
+                        **self.common, "stage": name, "started": started, "jobs": jobs, "finished": finished,
+                        "seconds": round(time.perf_counter() - begun, 1), "outcomes": dict(counts)})  # fmt: skip
 
         def note(outcomes=(), computed: int = 0) -> None:
-            counts.update(o.status for o in outcomes)
-            counts["computed"] += computed
+            with lock:
+                counts.update(o.status for o in outcomes)
+                counts["computed"] += computed
             write(False)
 
         write(False)
-        yield note
+        stop = threading.Event()
+
+        def beat() -> None:  # a long piece of work (a training run, the data build) between two notes
+            while not stop.wait(self.HEARTBEAT_SECONDS):
+                write(False)
+
+        heart = threading.Thread(target=beat, daemon=True)
+        heart.start()
+        try:
+            yield note
+        finally:
+            stop.set()
+            heart.join()
         if counts["computed"] or counts["failed"]:
             write(True)
         elif self.enabled:
@@ -112,7 +131,7 @@ def run_stages(
     render: Callable[[], object] | None = None,
     after_main: Sequence[tuple[str, Callable[[], int]]] = (),
 ) -> list:
-    """Run the plan stage by stage (the training data, main table, ablations, further seeds), re-rendering the
+    """Run the plan stage by stage (the training data, main table, its further seeds, ablations, their further seeds), re-rendering the
     report after each run (``render``; None: shards of one plan leave rendering to one ``--render-only`` at
     the end), so an interruption leaves a complete report of what has run; print progress with an ETA and
     record each stage's wall time (:class:`StageClock`). ``after_main``: (stage name, work returning how many

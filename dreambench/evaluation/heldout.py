@@ -28,7 +28,8 @@ def _encoded(
 
 
 def candidate_ranking(retriever: DenseRetriever, instances: list[TrainingInstance]) -> dict[str, float]:
-    """Top-1 accuracy and MRR of the target among each instance's K candidates (plus the chance level)."""
+    """Top-1 accuracy and MRR of the target among each instance's K candidates (plus the chance level); a
+    candidate scored equal to the target ranks above it."""
     return _ranking(instances, *_encoded(retriever, instances)) if instances else {}
 
 
@@ -51,7 +52,9 @@ def _ranking(
     top1 = reciprocal = chance = 0.0
     for n, inst in enumerate(instances):
         scores = candidates[n] @ queries[n]  # (K,)
-        rank = 1 + int((scores > scores[inst.target_index]).sum())
+        # ties count against the target (its rank is that of the last of equal scores): a retriever that gives
+        # every candidate one score ranks the target K-th, never first
+        rank = int((scores >= scores[inst.target_index]).sum())
         top1 += rank == 1
         reciprocal += 1.0 / rank
         chance += 1.0 / len(inst.candidates)

@@ -4,14 +4,14 @@ time per stage, and the tuning searches."""
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ..method import METHODS
-from ..profiles import PROFILES
+from ..profiles import PROFILES, Profile
 from ..results import SEED_MARK, ResultKey, iter_results, load_stage_records, load_tuning
 from ..tasks import TASKS
 from .frame import dataset_order, row_label
@@ -69,7 +69,7 @@ def pending_lines(
     count = sum(len(v) for v in missing.values())
     lines = [
         f"**Still to run: {count} of the {len(planned)} results of the default plan** (`python run_all.py --profile "
-        f"{profile}` runs them in this order: main table first, then ablations, then further seeds; missing "
+        f"{profile}` runs them in this order: main table, its further seeds, ablations, their further seeds; missing "
         "cells are –):",
         "",
         *[f"- {name}: {len(sets)} set(s) ({stage_of[name]})" for name, sets in missing.items()],
@@ -107,12 +107,39 @@ def _per_seed(point: dict) -> str | None:
                       for r in runs)  # fmt: skip
 
 
+def profile_values(profile: Profile, method: str, keys: Sequence[str]) -> dict[str, Any]:
+    """The values of the dotted config ``keys`` (``train.lr``, ``methods.dream.tau_init``) that the profile's
+    main-table run of ``method`` trains at: its committed tuned values over the profile's config, and an
+    adapter's default for a parameter the config does not set."""
+    exp = next((e for e in profile.experiments if e.method == method and e.name == "default"), None)
+    config = exp.resolve(profile.config) if exp is not None else profile.config
+    values = {}
+    for key in keys:
+        section, _, rest = key.partition(".")
+        if section == "methods":
+            name, _, param = rest.partition(".")
+            default = getattr(METHODS.get(name).Params(), param, None) if name in METHODS else None
+            values[key] = (config.methods.get(name) or {}).get(param, default)
+        else:
+            value: Any = config
+            for part in key.split("."):
+                value = getattr(value, part)
+            values[key] = value
+    return values
+
+
 def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[str]]:
     """Every grid point of ``run_all.py --tune`` (held-out MRR and losses), which was chosen, and whether the
     values committed in the profile are the search's choice."""
     records = load_tuning(results_dir, profile)
     committed = PROFILES.get(profile).tuned if profile in PROFILES else {}
     rows, lines = [], []
+
+    def used(method: str, keys: Sequence[str]) -> dict[str, Any]:  # what the profile's main table trains at
+        if profile not in PROFILES:
+            return dict(committed.get(method, {}))
+        return profile_values(PROFILES.get(profile), method, keys)
+
     for method, record in records.items():
         chosen = record.get("chosen") or {}
         for n, point in enumerate(record["points"]):
@@ -132,15 +159,18 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
                          f"({len(record['points'])} point(s) shown; its main table does not run it).")  # fmt: skip
         elif not record["complete"]:
             n_points = len(record["points"])
+            values = used(method, list(dict.fromkeys([k for k, _ in record.get("grid") or []]
+                                                     or [p["axis"] for p in record["points"]])))
             lines.append(f"- {method}: search incomplete ({n_points} point{'s' if n_points != 1 else ''} so far; "
-                         f"the main table runs at the profile's values {dict(committed.get(method, {}))}; resume with "
+                         f"the main table runs at the profile's values {values}; resume with "
                          f"`{_tune_command(profile, [method])}`; a run this record or its runs file holds is not "
                          f"trained again, one whose checkpoint is in the cache is loaded, any other is trained).")  # fmt: skip
-        elif dict(committed.get(method, {})) == chosen:
+        elif used(method, list(chosen)) == chosen:  # the profile's values, committed or its own, are the choice
             lines.append(f"- {method}: chose {chosen}; the profile uses these values.")
         else:
-            lines.append(f"- {method}: chose {chosen}, but the profile commits {dict(committed.get(method, {}))}: "
-                         "the main table does not use the search's choice.")  # fmt: skip
+            lines.append(f"- {method}: chose {chosen}, but the profile runs at {used(method, list(chosen))}: the "
+                         "main table does not use the search's choice (commit it in the profile's `tuned` "
+                         "values).")  # fmt: skip
     untuned = sorted(set(PROFILES.get(profile).tuning) - set(records)) if profile in PROFILES else []
     if untuned:
         lines.append(f"- not tuned yet (run at the profile's values): {', '.join(untuned)}; search with "
@@ -154,16 +184,46 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
 
 
 # run_all.py's stages in the order it runs them; a study's own stage (its extra stage) runs between the two
-STAGES_BEFORE_STUDIES = ("training data", "main table")
-STAGES_AFTER_STUDIES = ("ablations", "further seeds")
+# ("tuning": --tune, which the default run does not do; "further seeds": the name of both seed stages before)
+STAGES_BEFORE_STUDIES = ("training data", "tuning", "main table")
+STAGES_AFTER_STUDIES = ("main-table seeds", "ablations", "ablation seeds", "further seeds")
+# what each total of the stage table adds up; None: every stage but tuning (the search is not part of the
+# default run, which reads the committed choices)
+TOTALS: dict[str, tuple[str, ...] | None] = {
+    "training data": ("training data",),
+    "main table, every seed": ("training data", "main table", "main-table seeds"),
+    "full default": None,
+}
+
+
+def stage_totals(
+    table: pd.DataFrame, targets: Mapping[str, float], pending_stages: Sequence[str] = ()
+) -> pd.DataFrame:
+    """The totals the profile's wall-time targets are set for (:data:`TOTALS`), from the stage table: wall
+    minutes, the target, whether it is met, and whether the total is complete (no result of its stages is
+    still to run: ``pending_stages``, and some invocation finished each of its stages)."""
+    rows = []
+    for total, parts in TOTALS.items():
+        present = [s for s in table.index if s != "tuning" and (parts is None or s in parts)]
+        if not present:
+            continue
+        minutes = float(table.loc[present, "wall min"].sum())
+        complete = not pending_stages if parts is None else not set(parts) & set(pending_stages)
+        complete = complete and not (table.loc[present, "invocations"] <= table.loc[present, "interrupted"]).any()
+        target = targets.get(total)
+        within = "" if target is None else "no" if minutes > target else "yes" if complete else "so far"
+        rows.append({"total": total, "stages": " + ".join(present), "wall min": minutes, "target min": target,
+                     "complete": "yes" if complete else "no: still to run", "within target": within})  # fmt: skip
+    return pd.DataFrame(rows).set_index("total") if rows else pd.DataFrame()
 
 
 def stage_times(
     results_dir: Path, profile: str, study_stages: Sequence[str] = ()
 ) -> tuple[pd.DataFrame, list[str]]:
     """Wall time per stage of ``run_all.py`` (summed over the invocations that ran it: an interrupted run
-    resumed later counts both parts), with the runs it computed and found cached → (table, notes).
-    ``study_stages``: the names of the studies' own stages, shown after the main table."""
+    resumed later counts both parts; ``--build-data`` and ``--tune`` record theirs too), with the runs it
+    computed and found cached → (table, notes). ``study_stages``: the names of the studies' own stages, shown
+    after the main table."""
     records = load_stage_records(results_dir, profile)
     if not records:
         return pd.DataFrame(), []
@@ -193,9 +253,7 @@ def stage_times(
              "`interrupted`: invocations stopped inside the stage, counted up to their last finished run.",
              f"Machine(s): {'; '.join(machines)}. Commands (local folder options left out): "
              + "; ".join(f"`{c}`" for c in sorted({r['command'] for r in records})) + "."]  # fmt: skip
-    upto = [s for s in STAGES_BEFORE_STUDIES if s in table.index]
-    if "main table" in table.index:
-        notes.append(f"The main table took {table.loc[upto, 'wall min'].sum():.1f} min of wall time "
-                     f"({' + '.join(upto)}), counting only what these invocations computed; cached results "
-                     "take seconds.")  # fmt: skip
+    if "tuning" in table.index:
+        notes.append("*tuning* is `--tune` (the search; the default run reads its committed choices): `computed` "
+                     "counts the training runs it trained, not those it took from the tuning records.")  # fmt: skip
     return table, [line for note in notes for line in (note, "")][:-1]
