@@ -191,7 +191,17 @@ def test_the_record_and_the_report_show_the_shares(smoke_run, workspace, tmp_pat
     section = report.split("## Evaluation lengths")[1].split("\n## ")[0]
     assert f"{shares['queries']:.1%}" in section and f"| {SMOKE.eval.max_passage_tokens} " in section
     old_row = next(line for line in section.splitlines() if line.startswith("| old-set"))
-    assert old_row.count("—") == 4
+    assert old_row.count("—") == 5
+    # another method cut more of the same set's queries (a longer prompt): the table shows the larger share,
+    # and a share above 5% of the queries is marked
+    dataset = payload["dataset"]
+    other = workspace.results_dir / "smoke" / "promptreps" / "default" / f"{dataset}.json"
+    other.parent.mkdir(parents=True)
+    other.write_text(json.dumps({**payload, "method": "promptreps", "truncated": {**shares, "queries": 0.25}}))
+    report = render(workspace.results_dir, tmp_path / "cut", "smoke").read_text()
+    row = next(line for line in report.split("## Evaluation lengths")[1].splitlines() if line.startswith(f"| {dataset}"))
+    assert "25.0%" in row and row.rstrip(" |").endswith("**no**")
+    other.unlink()
     old.unlink()  # no record has it (the committed reports' records): no section, the report as it was
     (old.parent / "wiki-desc2lead.json").write_text(json.dumps({**record, "dataset": "wiki-desc2lead"}))
     assert "## Evaluation lengths" not in render(workspace.results_dir, tmp_path / "again", "smoke").read_text()

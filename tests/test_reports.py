@@ -164,6 +164,11 @@ def test_the_papers_claims_are_checked_whichever_way_they_fall():
     assert verdict["QRHead heads beat random heads (Fig. 2)"] == "does not hold (one seed; indicative: fewer than 3 seeds)"
     assert verdict["QRHead heads beat random middle-layer heads (Fig. 2)"] == "holds (one seed; indicative: fewer than 3 seeds)"
     assert verdict["16 candidates beat 4 (Fig. 6)"] == "holds (one seed; indicative: fewer than 3 seeds)"
+    # a profile whose default K is 8 and whose study runs K = 4 checks "8 beat 4", naming the paper's 16 vs 4
+    from dreambench.studies.dream.claims import planned_rows
+
+    at_8 = claims_table(frame.assign(num_candidates=8), main, p_values, planned=planned_rows("mini"))
+    assert at_8.at["8 candidates beat 4 (Fig. 6: 16 beat 4)", "verdict"].startswith("holds (one seed")
     assert verdict["a frozen judge is at least as good as a LoRA-trained one (Fig. 5)"] == "–"  # not run
     # top 64 not run: 16 is ahead of the counts that ran, which cannot decide the claim yet
     assert verdict["16 heads is the best head count (Fig. 3)"] == "– (16 best so far; one seed; indicative: fewer than 3 seeds)"
@@ -465,6 +470,16 @@ def test_the_per_seed_table_lists_every_run_of_a_row_with_several_seeds():
     assert table.at["dream [seed 0]", "avg BEIR (nano)"] == pytest.approx(0.15)
     assert list(table["learned"]) == ["no", "yes"]
     assert per_seed_table(pd.DataFrame(rows[:3] + rows[-1:])).empty  # one seed each: nothing to list
+    # the spread over seeds of each block average: seed 1 is 0.6 above seed 0 everywhere, far beyond 0.03
+    from dreambench.report.tables import block_spread
+
+    spread = block_spread(table)
+    assert spread.loc["dream", "seeds"] == 2 and spread.loc["dream", "learned"] == "1 of 2"
+    assert spread.loc["dream", "sd avg BEIR (nano)"] == pytest.approx(0.6 / 2**0.5)
+    assert spread.loc["dream", "all ≤ 0.03"] == "no"
+    close = table.assign(**{c: table[c].where(table.index == "dream [seed 0]", table[c] - 0.59)
+                            for c in table.columns if c != "learned"})  # fmt: skip
+    assert block_spread(close).loc["dream", "all ≤ 0.03"] == "yes"
 
 
 def test_the_training_data_section_names_source_construction_generator_counts_and_judges():

@@ -198,6 +198,7 @@ def test_fidelity_table_says_whether_nano_ranks_methods_as_the_full_corpus():
         and table.loc["a", ("scifact", "full")] == 0.6
     )
     assert pd.isna(table.loc["c", ("arguana", "full")])  # c has no full arguana result: not compared there
+    assert table.loc["b", ("scifact", "nano/full")] == pytest.approx(0.5 / 0.4)  # how much the nano set flatters
     assert lines == [
         "- arguana: same order. nano: a > b; full: a > b.",
         "- scifact: order differs (Kendall τ 0.33). nano: a > c > b; full: a > b > c.",
@@ -285,6 +286,19 @@ def test_learning_verdicts_say_when_a_method_did_not_learn_in_every_seed():
     assert not learned(0.21, 0.25, 100) and learned(0.21, 0.25, 2000) and learned(0.19, 0.30, 100)
     # one-sided exact binomial at p < 0.01: 29/100 against 0.19 gives p = 0.0106 (not learned), 30/100 0.0054
     assert not learned(0.19, 0.29, 100) and learned(0.19, 0.30, 100) and not learned(1.0, 1.0, 100)
+    # with the plan's seeds: a row with seeds still to run says so; a row that learned in no seed shows what it
+    # measured (its loss, and the method's own diagnostics where recorded: REPLUG's P_LM)
+    replug = pd.DataFrame({"held-out top-1 before": [0.21], "held-out top-1 after": [0.22], "chance top-1": [0.125],
+                           "held-out instances": [100], "first loss": [2.08], "final loss": [2.07],
+                           "P_LM entropy": [0.01], "P_LM entropy if uniform": [2.079], "P_LM one-hot": [0.99]},
+                          index=["replug [seed 0]"])  # fmt: skip
+    lines = learning_verdicts(pd.concat([training, replug]), {"dream": 3, "infonce": 1, "replug": 3})
+    assert lines[0].startswith("- `dream`: learned in 1 of 2 seed(s) so far (2 of its 3 planned seeds ran);")
+    assert lines[1].startswith("- `infonce`: learned in 1 of 1 seed(s); ")
+    assert "(measured:" not in lines[3]  # revela's row recorded no loss here: nothing to show, no "nan"
+    assert lines[2].endswith("— **did not learn in any seed** (measured: loss 2.080 → 2.070, P_LM entropy 0.010, "
+                             "P_LM entropy if uniform 2.079, P_LM one-hot 0.990; the training table below has every "
+                             "run)")  # fmt: skip
 
 
 def test_default_profile_plans_every_shipped_set_without_a_data_dir(workspace, capsys):

@@ -131,9 +131,10 @@ def run_stages(
     render: Callable[[], object] | None = None,
     after_main: Sequence[tuple[str, Callable[[], int]]] = (),
 ) -> list:
-    """Run the plan stage by stage (the training data, main table, its further seeds, ablations, their further seeds), re-rendering the
-    report after each run (``render``; None: shards of one plan leave rendering to one ``--render-only`` at
-    the end), so an interruption leaves a complete report of what has run; print progress with an ETA and
+    """Run the plan stage by stage (the training data, main table, its further seeds, ablations, their further
+    seeds), re-rendering the report after each run (``render``; None: shards of one plan leave rendering to one
+    ``--render-only`` at the end), so an interruption leaves a complete report of what has run; print progress
+    with an ETA and
     record each stage's wall time (:class:`StageClock`). ``after_main``: (stage name, work returning how many
     things it computed) pairs — the studies' once-per-profile stages — run on rank 0 once the main table is
     done, before the later stages, each as a stage of its own."""

@@ -34,6 +34,8 @@ class ReportContext:
     group_figures: Mapping[str, GroupFigure]  # the studies' experiment groups, in the order they are shown
     curve_titles: Mapping[str, str]  # scalar training curves the studies' methods record → panel title
     study_stages: tuple[str, ...]  # the studies' own stages of run_all.py
+    # per row (method[/experiment]): how many training seeds the profile's default plan runs it at
+    planned_seeds: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ import pandas as pd
 from filelock import FileLock
 
 from ..evaluation.metrics import MAIN_METRIC
+from ..results import SEED_MARK
 from ..study import STUDIES, Study
 from .context import ReportContext, Section, StudyReport
-from .frame import in_row_order, results_frame, score_table
+from .frame import in_row_order, results_frame, row_label, score_table
 from .html_page import render_html
 from .runs import pending_lines
 from .sections import HARNESS_SECTIONS
@@ -81,7 +82,18 @@ def gather(
         group_figures={g: f for r in reports for g, f in r.group_figures.items()},
         curve_titles={k: t for r in reports for k, t in r.curve_titles.items()},
         study_stages=tuple(study.stage_name for study, _ in studies if study.stage_name),
+        planned_seeds=planned_seeds(planned or ()),
     )  # fmt: skip
+
+
+def planned_seeds(planned: Plan) -> dict[str, int]:
+    """Per row of a plan (``method[/experiment]``): how many seeds it runs at (``default@seed1`` is a seed of
+    ``default``)."""
+    seeds: dict[str, set[str]] = {}
+    for _, method, experiment, _ in planned:
+        base, _, seed = experiment.partition(SEED_MARK)
+        seeds.setdefault(row_label(method, base), set()).add(seed)
+    return {row: len(s) for row, s in seeds.items()}
 
 
 def _render(results_dir: Path, reports_dir: Path, profile: str, planned: Plan | None) -> Path | None:

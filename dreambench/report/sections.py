@@ -23,8 +23,10 @@ from .frame import (
 from .runs import reproduce_commands, stage_times, stage_totals, tuning_section
 from .statistics import SIGNIFICANCE_LEVELS, SIGNIFICANCE_TEST, learning_verdicts
 from .tables import (
+    SEED_SPREAD_LIMIT,
     TRAINING_FORMATS,
     average_note,
+    block_spread,
     display_table,
     evaluation_lengths_table,
     evaluation_time,
@@ -48,6 +50,12 @@ def header(ctx: ReportContext) -> list[str]:
         "",
     ]
     nano = sorted(set(frame[frame.nano].dataset))
+    bases = {TASKS.get(n).base for n in nano if n in TASKS}
+    compared = (
+        "the section *Nano vs full corpora* measures whether they rank methods alike" if bases & set(frame.dataset)
+        else "no full-corpus result is in this report (runs with `--data-dir` holding the full collections add the "
+        "section *Nano vs full corpora*: does the nano set rank the methods as the full corpus does?)"
+    )  # fmt: skip
     if nano:
         lines += [
             "**nano-\\* sets** ("
@@ -57,7 +65,7 @@ def header(ctx: ReportContext) -> list[str]:
             "and each query's top-k over the full corpus under BM25 and, where the set's recipe says so, under "
             "WordLlama's static embeddings, as hard distractors (NanoBEIR's construction; `dreambench/datasets/"
             "README.md`), capped for CPU budgets. Their scores are not comparable with full-corpus numbers and are never "
-            "averaged with them; the section *Nano vs full corpora* measures whether they rank methods alike.",
+            f"averaged with them; {compared}.",
             "",
         ]
     return (
@@ -132,6 +140,8 @@ def per_seed(ctx: ReportContext) -> list[str]:
     if table.empty:
         return []
     table.to_csv(ctx.out / "main_table_per_seed.csv", float_format="%.4f")
+    spread = block_spread(table)
+    spread.to_csv(ctx.out / "seed_spread.csv", float_format="%.4f")
     return [
         "## NDCG@10 per training seed",
         "",
@@ -140,6 +150,11 @@ def per_seed(ctx: ReportContext) -> list[str]:
         "rose clearly above the untrained retriever's (Training, below). `main_table_per_seed.csv`.",
         "",
         markdown_table(table),
+        "",
+        f"Spread over the seeds of each block average (sample standard deviation; a method whose block averages "
+        f"move by more than {SEED_SPREAD_LIMIT} with the seed is not decided at this budget; `seed_spread.csv`):",
+        "",
+        markdown_table(spread),
         "",
     ]
 
@@ -189,7 +204,7 @@ def training(ctx: ReportContext) -> list[str]:
         "",
         markdown_table(table, ("",) + tuple(TRAINING_FORMATS.get(c, ".4f") for c in table.columns)),
         "",
-        *learning_verdicts(table),
+        *learning_verdicts(table, ctx.planned_seeds),
         "",
         *training_data_lines(ctx.frame),
     ]
@@ -220,13 +235,15 @@ def tuning(ctx: ReportContext) -> list[str]:
         return []
     if not table.empty:
         table.to_csv(ctx.out / "tuning.csv", index=False, float_format="%.4f")
-    seed = PROFILES.get(ctx.profile).config.train.seed if ctx.profile in PROFILES else 0
+    prof = PROFILES.get(ctx.profile) if ctx.profile in PROFILES else None
+    seeds = (tuple(prof.tuning_seeds) or (prof.config.train.seed,)) if prof else (0,)  # as tuning.tuning_seeds
     return [
         f"## Tuning (held-out training-format instances only; `python run_all.py --profile {ctx.profile} --tune`)",
         "",
         "Per trained method, a coordinate search over its declared grid (learning rate first, the same axis "
-        "for every method, then the method's own knobs), each point trained with the full budget and seed "
-        f"{seed}; the chosen point has the best held-out MRR of the target among K. The held-out numbers of the "
+        "for every method, then the method's own knobs), each point trained with the full budget at seed"
+        f"{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}; the chosen point has the best held-out MRR "
+        f"of the target among K{', mean over the seeds' if len(seeds) > 1 else ''}. The held-out numbers of the "
         "chosen points are therefore optimistic; the evaluation sets were never used.",
         "",
         *([markdown_table(table.set_index(["method", "#"]), ".4g"), ""] if not table.empty else []),
@@ -316,7 +333,8 @@ def evaluation_lengths(ctx: ReportContext) -> list[str]:
         "",
         "Queries and passages are encoded at most this long (prefix + text + EOS, in the backbone's tokens: "
         "`eval.max_query_tokens`, `eval.max_passage_tokens`); the shares are of the set's queries and passages "
-        "that were longer and so cut. BM25 reads every text whole. —: recorded before this was measured.",
+        "that were longer and so cut (the largest over the methods, whose prompts differ). BM25 reads every text "
+        "whole. —: recorded before this was measured.",
         "",
         markdown_table(table),
         "",

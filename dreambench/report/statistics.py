@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -114,8 +115,22 @@ def seeds_learned(training: pd.DataFrame | None) -> dict[str, tuple[int, int]]:
             for name, rows in _runs_by_method(training)}  # fmt: skip
 
 
-def learning_verdicts(training: pd.DataFrame) -> list[str]:
-    """Per trained method/experiment: in how many seeds did the held-out top-1 rise, and by how much."""
+DIAGNOSTICS = ("P_LM entropy", "P_LM entropy if uniform", "P_LM one-hot", "final plain-LM loss")
+
+
+def _diagnostics(rows: pd.DataFrame) -> str:
+    """What a run that did not learn measured while training (means over its seeds): its loss from first to
+    final step, and the method's own diagnostics where it records them (REPLUG's P_LM, Revela's plain-LM loss)."""
+    losses = [rows[c].mean() if c in rows else float("nan") for c in ("first loss", "final loss")]
+    parts = [f"loss {losses[0]:.3f} → {losses[1]:.3f}"] if all(pd.notna(v) for v in losses) else []
+    parts += [f"{c} {rows[c].mean():.3f}" for c in DIAGNOSTICS if c in rows and rows[c].notna().any()]
+    return f" (measured: {', '.join(parts)}; the training table below has every run)" if parts else ""
+
+
+def learning_verdicts(training: pd.DataFrame, planned: Mapping[str, int] | None = None) -> list[str]:
+    """Per trained method/experiment: in how many seeds did the held-out top-1 rise, and by how much; with
+    ``planned`` (row → the plan's seeds), a row with seeds still to run says so; a row that learned in no seed
+    shows what it measured."""
     if training.empty:
         return []
     lines = []
@@ -125,11 +140,14 @@ def learning_verdicts(training: pd.DataFrame) -> list[str]:
         rose = learned_seeds[name][0]
         outcome = {
             "all": "",
-            "none": " — **did not learn in any seed**",
+            "none": " — **did not learn in any seed**" + _diagnostics(rows),
             "mixed": " — **did not learn in every seed: the seed decides, not the method**",
         }[seed_consistency(rose, len(rows))]
+        wanted = (planned or {}).get(name, len(rows))
+        so_far = f" so far ({len(rows)} of its {wanted} planned seeds ran)" if wanted > len(rows) else ""
         lines.append(
-            f"- `{name}`: learned in {rose} of {len(rows)} seed(s); held-out top-1 mean {before.mean():.3f} → "
+            f"- `{name}`: learned in {rose} of {len(rows)} seed(s){so_far}; held-out top-1 mean "
+            f"{before.mean():.3f} → "
             f"{after.mean():.3f} (per seed: {', '.join(f'{a:.2f}' for a in after)}; chance "
             f"{rows['chance top-1'].mean():.3f}){outcome}"
         )

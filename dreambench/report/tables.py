@@ -71,6 +71,30 @@ def per_seed_table(
     return table
 
 
+SEED_SPREAD_LIMIT = 0.03  # the most a block average of a method that learns may move with the seed
+
+
+def block_spread(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """From :func:`per_seed_table`: per row, how many seeds ran (and learned, where known) and the sample
+    standard deviation over its seeds of each block average (``avg …``), with whether every one is within
+    :data:`SEED_SPREAD_LIMIT`: a row whose block averages move more with the seed is not decided."""
+    if per_seed.empty:
+        return pd.DataFrame()
+    averages = [c for c in per_seed.columns if c.startswith("avg ")]
+    names = per_seed.index.str.replace(r" \[seed .*\]$", "", regex=True)
+    rows = {}
+    for name, runs in per_seed.groupby(names, sort=False):
+        row: dict[str, Any] = {"seeds": len(runs)}
+        if "learned" in runs.columns:
+            row["learned"] = f"{int((runs['learned'] == 'yes').sum())} of {len(runs)}"
+        spreads = {f"sd {c}": runs[c].std(ddof=1) for c in averages if runs[c].notna().sum() > 1}
+        row.update(spreads)
+        row[f"all ≤ {SEED_SPREAD_LIMIT}"] = ("yes" if all(v <= SEED_SPREAD_LIMIT for v in spreads.values())
+                                             else "no") if spreads else "–"  # fmt: skip
+        rows[name] = row
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
 def display_table(frame: pd.DataFrame, main: pd.DataFrame, p_values: pd.DataFrame) -> pd.DataFrame:
     """The main table for reading: 'mean ± std' over seeds where a row has several, a mark where the reference
     method differs significantly from that row on that dataset, and the best mean of each column in bold (every
@@ -121,8 +145,8 @@ def latex_table(shown: pd.DataFrame) -> str:
 
 
 def fidelity(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """Nano vs full corpus, per dataset: NDCG@10 of every main-table method that has both (same seeds),
-    and whether the two orders of the methods agree (Kendall's τ over methods)."""
+    """Nano vs full corpus, per dataset: NDCG@10 of every main-table method that has both (same seeds), the
+    ratio nano/full, and whether the two orders of the methods agree (Kendall's τ over methods)."""
     sub = frame[(frame.metric == MAIN_METRIC) & (frame.group == "main") & (frame.experiment == "default")]
     cells, lines = {}, []
     for nano in sorted(n for n in set(sub.dataset) if n in TASKS and TASKS.get(n).is_nano):
@@ -136,6 +160,7 @@ def fidelity(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             continue
         cells[(base, "nano")] = pivot[nano]
         cells[(base, "full")] = pivot[base]
+        cells[(base, "nano/full")] = pivot[nano] / pivot[base].where(pivot[base] > 0)  # how much the nano set flatters
         if len(pivot) > 1:
             by_nano = " > ".join(pivot[nano].sort_values(ascending=False).index)
             by_full = " > ".join(pivot[base].sort_values(ascending=False).index)
@@ -170,22 +195,29 @@ def evaluation_time(frame: pd.DataFrame, datasets: tuple[str, ...]) -> pd.DataFr
     return table
 
 
+TRUNCATION_LIMIT = 0.05  # the most of a set's queries an evaluation may cut
+
+
 def evaluation_lengths_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Per dataset: the lengths the dense methods encoded its queries and passages at, and the share of each
-    longer than that (cut to it), from the results' ``truncated`` records (a main-table record first: they
-    agree for one backbone). "—" where a dataset's records predate the measurement; empty when all do."""
+    longer than that (cut to it), from the results' ``truncated`` records: the largest share over the methods
+    (their prompts differ in length), and whether it stays within :data:`TRUNCATION_LIMIT` of the queries. "—"
+    where a dataset's records predate the measurement; empty when all do."""
     sub = frame[(frame.metric == MAIN_METRIC) & (frame.backbone != "-")]
     if "truncated" not in sub.columns or not any(isinstance(t, dict) for t in sub.truncated):
         return pd.DataFrame()
     rows = {}
     for dataset in sorted(set(sub.dataset), key=dataset_order):
         of_set = sub[sub.dataset == dataset].sort_values("group", key=lambda g: g != "main", kind="stable")
-        t = next((t for t in of_set.truncated if isinstance(t, dict)), None)
+        known = [t for t in of_set.truncated if isinstance(t, dict)]
+        t = known[0] if known else None
+        queries, passages = (max(r[key] for r in known) for key in ("queries", "passages")) if known else (0, 0)
         rows[dataset] = {
             "query tokens": str(t["query_tokens"]) if t else "—",
-            "queries truncated": f"{t['queries']:.1%}" if t else "—",
+            "queries truncated": f"{queries:.1%}" if t else "—",
             "passage tokens": str(t["passage_tokens"]) if t else "—",
-            "passages truncated": f"{t['passages']:.1%}" if t else "—",
+            "passages truncated": f"{passages:.1%}" if t else "—",
+            f"queries ≤ {TRUNCATION_LIMIT:.0%}": ("yes" if queries <= TRUNCATION_LIMIT else "**no**") if t else "—",
         }
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("dataset")
 
@@ -248,7 +280,8 @@ def training_table(frame: pd.DataFrame) -> pd.DataFrame:
             # loss (without the in-batch term) beside its in-batch loss above
             **{
                 label: summary[key]
-                for label, key in (("P_LM entropy", "lm_entropy"), ("P_LM one-hot", "lm_one_hot_share"))
+                for label, key in (("P_LM entropy", "lm_entropy"), ("P_LM entropy if uniform", "lm_entropy_uniform"),
+                                   ("P_LM one-hot", "lm_one_hot_share"))
                 if key in summary
             },
             **({"first plain-LM loss": plain[0], "final plain-LM loss": plain[-1]} if plain else {}),
