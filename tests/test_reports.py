@@ -521,3 +521,23 @@ def test_the_stage_totals_are_set_against_the_profiles_targets():
         "no", "yes", "yes"]
     unfinished = table.assign(interrupted=[2, 0, 0, 0, 0])  # the data build was never finished: not complete
     assert stage_totals(unfinished, targets)["complete"].tolist() == ["no: still to run"] * 3
+    # the results' own records (training once per model, every evaluation) in place of the result stages' wall
+    # time: the search trained the main table's models, so its stage took 40 min where an empty cache takes 100
+    with_records = stage_totals(table, targets, [], {"main table, every seed": 100.0 + 90.0, "full default": 230.0})
+    assert with_records["from an empty cache min"].to_dict() == {
+        "training data": 55.0, "main table, every seed": 55.0 + 190.0, "full default": 55.0 + 230.0}  # fmt: skip
+    assert with_records["within target"].tolist() == ["no", "no", "no"]  # judged on the larger of the two
+
+
+def test_the_records_add_up_training_once_per_model_and_every_evaluation():
+    from dreambench.report.tables import recorded_minutes
+
+    rows = [{"method": "infonce", "experiment": "default", "seed": 0, "group": "main", "metric": "ndcg_at_10",
+             "dataset": d, "evaluate_s": 60.0, "training": {"train_seconds": 600.0}} for d in ("a", "b")]
+    rows += [{"method": "bm25", "experiment": "default", "seed": None, "group": "main", "metric": "ndcg_at_10",
+              "dataset": "a", "evaluate_s": 30.0, "training": None},
+             {"method": "dream", "experiment": "heads-top1", "seed": 0, "group": "ablation", "metric": "ndcg_at_10",
+              "dataset": "a", "evaluate_s": 60.0, "training": {"train_seconds": 1200.0}}]  # fmt: skip
+    frame = pd.DataFrame(rows)
+    assert recorded_minutes(frame, main_only=True) == pytest.approx((600 + 60 + 60 + 30) / 60)
+    assert recorded_minutes(frame) == pytest.approx((600 + 60 + 60 + 30 + 1200 + 60) / 60)

@@ -20,7 +20,7 @@ from .frame import (
     score_table,
     with_reference,
 )
-from .runs import reproduce_commands, stage_times, stage_totals, tuning_section
+from .runs import reproduce_commands, tuning_section, wall_time
 from .statistics import SIGNIFICANCE_LEVELS, SIGNIFICANCE_TEST, learning_verdicts
 from .tables import (
     SEED_SPREAD_LIMIT,
@@ -339,21 +339,6 @@ def evaluation_lengths(ctx: ReportContext) -> list[str]:
         markdown_table(table),
         "",
     ]
-
-
-def wall_time(ctx: ReportContext) -> list[str]:
-    table, notes = stage_times(ctx.results_dir, ctx.profile, ctx.study_stages)
-    if table.empty:
-        return []
-    table.to_csv(ctx.out / "stage_times.csv", float_format="%.1f")
-    pending = {line.rsplit("(", 1)[1].rstrip(")") for line in ctx.pending if line.startswith("- ")}
-    targets = PROFILES.get(ctx.profile).wall_targets if ctx.profile in PROFILES else {}
-    totals = stage_totals(table, targets, sorted(pending))
-    lines = ["## Wall time per stage (`run_all.py`, this machine)", "", markdown_table(table, ".1f"), "", *notes, ""]
-    if not totals.empty:
-        lines += ["Totals against the profile's targets (minutes on the machine it is sized for; `so far`: within "
-                  "the target while results are still to run):", "", markdown_table(totals, ".1f"), ""]  # fmt: skip
-    return lines
 
 
 def provenance(ctx: ReportContext) -> list[str]:

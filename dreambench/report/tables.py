@@ -195,6 +195,18 @@ def evaluation_time(frame: pd.DataFrame, datasets: tuple[str, ...]) -> pd.DataFr
     return table
 
 
+def recorded_minutes(frame: pd.DataFrame, main_only: bool = False) -> float:
+    """Minutes the results' records add up to: every result's evaluation, and each trained model's training
+    once (a model evaluated on several sets is one training run), whether or not this invocation trained it."""
+    sub = frame[frame.metric == MAIN_METRIC]
+    if main_only:
+        sub = sub[sub.group == "main"]
+    trained = {(m, e, s): t["train_seconds"] for m, e, s, t in zip(sub.method, sub.experiment, sub.seed, sub.training,
+                                                                   strict=True)
+               if isinstance(t, dict) and t.get("train_seconds")}  # fmt: skip
+    return float(sub.evaluate_s.fillna(0).sum() + sum(trained.values())) / 60
+
+
 TRUNCATION_LIMIT = 0.05  # the most of a set's queries an evaluation may cut
 
 
