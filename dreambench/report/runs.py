@@ -269,7 +269,8 @@ def stage_times(
     notes = ["`computed` / `cached` / `failed`: results (a run on one dataset) for the runs' stages, data "
              "configurations built for *training data*" + "".join(f", checks for *{s}*" for s in study_stages)
              + ". An invocation that computed nothing in a stage (a re-run over the cache) leaves no record; "
-             "`interrupted`: invocations stopped inside the stage, counted up to their last finished run.",
+             "`interrupted`: invocations stopped inside the stage, counted up to their last record (written after each "
+             "run, and every minute in between).",
              f"Machine(s): {'; '.join(machines)}. Commands (local folder options left out): "
              + "; ".join(f"`{c}`" for c in sorted({r['command'] for r in records})) + "."]  # fmt: skip
     if "tuning" in table.index:
