@@ -67,6 +67,10 @@ class Profile:
     # totals against them: "training data", "main table, every seed", "full default"
     wall_targets: Mapping[str, float] = field(default_factory=dict)
 
+    def search_seeds(self, config: RunConfig | None = None) -> tuple[int, ...]:
+        """The seeds every grid point of ``--tune`` trains at: ``tuning_seeds``, else the config's train.seed."""
+        return tuple(self.tuning_seeds) or ((config or self.config).train.seed,)
+
     def experiments_for(self, method: str) -> list[Experiment]:
         return [e for e in self.experiments if e.method == method]
 

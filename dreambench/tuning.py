@@ -90,7 +90,7 @@ def _train_and_score(method: str, config: RunConfig, workspace: Workspace) -> di
 
 def tuning_seeds(profile: Profile, config: RunConfig) -> tuple[int, ...]:
     """The training seeds every grid point runs at: the profile's ``tuning_seeds``, else the config's seed."""
-    return tuple(profile.tuning_seeds) or (config.train.seed,)
+    return profile.search_seeds(config)
 
 
 MEANS = ("heldout_mrr", "heldout_top1", "heldout_mrr_before", "first_loss", "final_loss", "tau", "gate")

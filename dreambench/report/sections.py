@@ -235,8 +235,7 @@ def tuning(ctx: ReportContext) -> list[str]:
         return []
     if not table.empty:
         table.to_csv(ctx.out / "tuning.csv", index=False, float_format="%.4f")
-    prof = PROFILES.get(ctx.profile) if ctx.profile in PROFILES else None
-    seeds = (tuple(prof.tuning_seeds) or (prof.config.train.seed,)) if prof else (0,)  # as tuning.tuning_seeds
+    seeds = PROFILES.get(ctx.profile).search_seeds() if ctx.profile in PROFILES else (0,)
     return [
         f"## Tuning (held-out training-format instances only; `python run_all.py --profile {ctx.profile} --tune`)",
         "",
