@@ -4,11 +4,12 @@ import json
 import random
 
 import pytest
+import torch
 
 from dreambench.config import apply_overrides
 from dreambench.data.desc2lead import build_desc2lead, split_articles
 from dreambench.data.loader import CandidateBatch, ChunkBatch, TrainingLoader
-from dreambench.data.querygen import crop_query, parse_question
+from dreambench.data.querygen import crop_query, parse_question, passage_key
 from dreambench.data.sources import synthetic_articles
 from dreambench.data.text import chunk_text, split_sentences
 from dreambench.data.training import CandidatePool, article_chunks, load_training_data
@@ -186,6 +187,36 @@ def test_generated_queries_do_not_depend_on_what_else_was_generated_or_cached(tm
     # the batch size, precision and prompt are part of the cache's name: batched output never mixes in
     batched = QueryGenerator("tiny-llama", Workspace.resolve(cache_dir=tmp_path / "alone"), 4, 12)
     assert batched.cache_file != alone.cache_file and "-bs4-" in batched.cache_file.name
+
+
+def test_reusing_the_prompts_fixed_prefix_generates_what_encoding_each_prompt_whole_generates(tmp_path):
+    """The prefix's key/value cache is a speed-up only: every passage's output equals a plain greedy
+    generate() over its whole prompt, and the cached prefix is the prompt's leading tokens."""
+    from transformers import StoppingCriteriaList, StopStringCriteria
+
+    from dreambench.data.querygen import STOP_STRINGS, QueryGenerator
+    from dreambench.models.backbones import load_model, load_tokenizer
+    from dreambench.workspace import Workspace
+
+    workspace = Workspace.resolve(cache_dir=tmp_path)
+    gen = QueryGenerator("tiny-llama", workspace, batch_size=1, max_new_tokens=12)
+    passages = [f"Lake {name} lies {n} metres above the sea." for n, name in enumerate(("Garda", "Como", "Iseo"))]
+    gen.generate(passages)
+    raw = {e["key"]: e["raw"] for e in gen._load_cache().values()}
+    tokenizer = load_tokenizer("tiny-llama", workspace)
+    model = load_model("tiny-llama", workspace, causal_lm=True).eval()
+    ids, _ = gen._prefix(tokenizer, model, torch.device("cpu"))
+    stopping = StoppingCriteriaList([StopStringCriteria(tokenizer, list(STOP_STRINGS))])
+    for passage in passages:
+        enc = tokenizer([gen._prompt(tokenizer, passage)], return_tensors="pt", add_special_tokens=False)
+        assert torch.equal(enc["input_ids"][0, : len(ids)], ids) and enc["input_ids"].shape[1] > len(ids)
+        with torch.inference_mode():
+            out = model.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                                 stopping_criteria=stopping)  # fmt: skip
+        whole = tokenizer.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        assert raw[passage_key(passage)] == whole
+    # batches are left-padded, so they encode every prompt whole
+    assert QueryGenerator("tiny-llama", workspace, 4, 12)._prefix(tokenizer, model, torch.device("cpu")) is None
 
 
 def test_a_base_model_gets_the_few_shot_prompt_and_an_instruct_model_the_verbatim_one():

