@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, apply_overrides, check_ranges, fingerprint, to_jsonable
-from .data.training import data_fingerprint
+from .data.training import data_fingerprint, load_training_data
 from .method import METHODS
 from .profiles import Profile
 from .results import load_tuning
@@ -84,6 +84,9 @@ def _train_and_score(method: str, config: RunConfig, workspace: Workspace) -> di
         "first_loss": summary.get("first_loss"),
         "final_loss": summary.get("final_loss"),
         "train_seconds": summary.get("train_seconds"),
+        # the instances read (sha256 of the train, held-out and probe files): a run recorded on another machine,
+        # whose data was rebuilt there, is reused only where the rebuild read the same instances
+        "training_data_sha256": (summary.get("training_data") or {}).get("sha256"),
         **{k: summary[k] for k in ("tau_start", "tau", "gate_start", "gate", "chance_loss") if k in summary},
     }
 
@@ -136,6 +139,12 @@ def _score_point(
         # generator's prompt, the source package) must match too, or the run is trained again
         data = data_fingerprint(seeded.data)
         run = (recorded or {}).get(name)
+        if run is not None and run.get("training_data_sha256"):
+            built = load_training_data(seeded, workspace).sha256
+            if run["training_data_sha256"] != built:
+                log.warning("tuning %s seed %d: the recorded run read other instances (sha256 %s, built here %s): "
+                            "trained again", method, seed, run["training_data_sha256"][:12], (built or "?")[:12])
+                run = None
         if run is not None and run.get("training_data") == data:
             log.info("tuning %s seed %d: recorded in the tuning record (%s), not trained again", method, seed, name)
             runs.append({**run, "seed": seed, "reused": True})

@@ -194,3 +194,34 @@ def test_a_resumed_search_takes_recorded_runs_and_trains_only_the_rest(workspace
     trained.clear()
     tuning.tune(profile, profile.config, "infonce", workspace)
     assert trained == [(3e-4, 0), (3e-4, 1), (1e-3, 0), (1e-3, 1)]
+    # the same configuration, but the data rebuilt elsewhere read other instances (their sha256): trained again
+    from dreambench.data.training import load_training_data
+
+    built = load_training_data(profile.config, workspace).sha256
+    runs = json.loads(tuning.runs_path(path).read_text())
+    assert all(run["training_data"] != "other-data" for run in runs.values())
+    for sha, expect in ((built, []), ("0" * 64, [(3e-4, 0), (3e-4, 1), (1e-3, 0), (1e-3, 1)])):
+        tuning.runs_path(path).write_text(json.dumps({k: {**r, "training_data_sha256": sha} for k, r in runs.items()}))
+        path.unlink()
+        trained.clear()
+        tuning.tune(profile, profile.config, "infonce", workspace)
+        assert trained == expect
+
+
+def test_the_tuning_section_says_whether_every_search_run_read_the_same_instances(tmp_path):
+    from dreambench.report import tuning_section
+
+    folder = tmp_path / "mini" / "tuning"
+    folder.mkdir(parents=True)
+
+    def write(*shas):
+        seeds = [{"seed": n, "heldout_mrr": 0.5, "training_data_sha256": sha} for n, sha in enumerate(shas)]
+        point = {"axis": "train.lr", "value": 3e-4, "overrides": {"train.lr": 3e-4}, "seeds": seeds}
+        (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": False, "points": [point]}))
+        return tuning_section(tmp_path, "mini")[1]
+
+    assert "- every search run read the same instances (sha256 `aaaaaaaaaaaa`" in "\n".join(write("a" * 64, "a" * 64))
+    assert "read 2 different builds of the training data** (aaaaaaaaaaaa, bbbbbbbbbbbb)" in "\n".join(
+        write("a" * 64, "b" * 64)
+    )
+    assert not any("sha256" in line or "builds" in line for line in write(None, None))  # records from before
