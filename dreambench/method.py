@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from . import distributed
 from .config import RunConfig, dependencies_of, fingerprint, fingerprint_view, method_params, to_jsonable
 from .data.loader import TrainingLoader
-from .data.training import load_training_data
+from .data.training import data_fingerprint, load_training_data
 from .evaluation.geometry import alignment_uniformity
 from .evaluation.heldout import candidate_ranking
 from .evaluation.metrics import Run
@@ -252,7 +252,10 @@ class TrainedDenseMethod(DenseMethod):
 
     def result_dependencies(self) -> dict[str, Any]:
         data, train = fingerprint_view(self.config.data), fingerprint_view(self.config.train)
-        return {**super().result_dependencies(), "data": data, "train": train}
+        # the data's own fingerprint too: its construction and generation versions, the generator's prompt and
+        # the text package's version change the instances without changing an option
+        built = data_fingerprint(self.config.data)
+        return {**super().result_dependencies(), "data": data, "data_build": built, "train": train}
 
     def checkpoint_dir(self) -> Path:
         """Keyed by everything training depends on, so identical configurations share one trained model."""
