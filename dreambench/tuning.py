@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, apply_overrides, check_ranges, fingerprint, to_jsonable
-from .data.training import data_fingerprint, load_training_data
+from .data.training import TrainingData, data_fingerprint, load_training_data, training_data_folder
 from .method import METHODS
 from .profiles import Profile
 from .results import load_tuning
@@ -91,6 +91,14 @@ def _train_and_score(method: str, config: RunConfig, workspace: Workspace) -> di
     }
 
 
+def built_sha(config: RunConfig, workspace: Workspace) -> str | None:
+    """The sha256 of the training instances built here for ``config`` (None if not built yet): builds nothing."""
+    folder = training_data_folder(config.data, workspace)
+    if not (folder / "manifest.json").is_file():
+        return None
+    return TrainingData(train=[], heldout=[], probe=[], manifest={}, folder=folder).sha256  # the files' hash only
+
+
 def tuning_seeds(profile: Profile, config: RunConfig) -> tuple[int, ...]:
     """The training seeds every grid point runs at: the profile's ``tuning_seeds``, else the config's seed."""
     return profile.search_seeds(config)
@@ -139,13 +147,15 @@ def _score_point(
         # generator's prompt, the source package) must match too, or the run is trained again
         data = data_fingerprint(seeded.data)
         run = (recorded or {}).get(name)
+        if run is not None and run.get("training_data") != data:
+            run = None  # another construction of the data
         if run is not None and run.get("training_data_sha256"):
             built = load_training_data(seeded, workspace).sha256
             if run["training_data_sha256"] != built:
                 log.warning("tuning %s seed %d: the recorded run read other instances (sha256 %s, built here %s): "
                             "trained again", method, seed, run["training_data_sha256"][:12], (built or "?")[:12])
                 run = None
-        if run is not None and run.get("training_data") == data:
+        if run is not None:
             log.info("tuning %s seed %d: recorded in the tuning record (%s), not trained again", method, seed, name)
             runs.append({**run, "seed": seed, "reused": True})
         else:
@@ -232,9 +242,14 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
                 point_config = apply_overrides(config, {**chosen, key: value, "train.seed": seed})
                 folder = METHODS.get(method)(point_config, workspace, "tune").checkpoint_dir()
                 run = recorded.get(folder.name)
+                recorded_sha = (run or {}).get("training_data_sha256")
                 if run is not None and run.get("training_data") == data_fingerprint(point_config.data):
                     mrr = run.get("heldout_mrr")
                     state = f"recorded, held-out MRR {'n/a' if mrr is None else f'{mrr:.4f}'} (not trained again)"
+                    if recorded_sha and built_sha(point_config, workspace) is None:
+                        state = state[:-1] + f" if the data built here has sha256 {recorded_sha[:12]})"
+                    elif recorded_sha and built_sha(point_config, workspace) != recorded_sha:
+                        state = f"recorded on other instances (sha256 {recorded_sha[:12]}): trained again -> {folder}"
                 else:
                     state = f"{checkpoint_state(folder)} -> {folder}"
                 lines.append(f"    {value!s:<10} seed {seed}: {state}")

@@ -30,6 +30,7 @@ if "test-overlap" not in METHODS:
         """Scores documents by shared lower-cased words (a stand-in for a real method)."""
 
         Params = OverlapParams
+        description = "shared lower-cased words: a stand-in method for the runner's tests"
         calls = 0
 
         def index(self, data):

@@ -203,6 +203,9 @@ def test_a_resumed_search_takes_recorded_runs_and_trains_only_the_rest(workspace
     for sha, expect in ((built, []), ("0" * 64, [(3e-4, 0), (3e-4, 1), (1e-3, 0), (1e-3, 1)])):
         tuning.runs_path(path).write_text(json.dumps({k: {**r, "training_data_sha256": sha} for k, r in runs.items()}))
         path.unlink()
+        lines = "\n".join(tuning.describe(profile, profile.config, "infonce", workspace))  # --tune --dry-run
+        assert lines.count("(not trained again)") == (4 if sha == built else 0)
+        assert lines.count("recorded on other instances (sha256 000000000000)") == (0 if sha == built else 4)
         trained.clear()
         tuning.tune(profile, profile.config, "infonce", workspace)
         assert trained == expect
@@ -220,7 +223,9 @@ def test_the_tuning_section_says_whether_every_search_run_read_the_same_instance
         (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": False, "points": [point]}))
         return tuning_section(tmp_path, "mini")[1]
 
-    assert "- every search run read the same instances (sha256 `aaaaaaaaaaaa`" in "\n".join(write("a" * 64, "a" * 64))
+    same = "- every search run that recorded its instances read the same ones (sha256 `aaaaaaaaaaaa`"
+    assert f"{same}; the main" in "\n".join(write("a" * 64, "a" * 64))
+    assert f"{same}; 1 earlier run(s) recorded no sha256;" in "\n".join(write("a" * 64, None))
     assert "read 2 different builds of the training data** (aaaaaaaaaaaa, bbbbbbbbbbbb)" in "\n".join(
         write("a" * 64, "b" * 64)
     )

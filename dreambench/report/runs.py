@@ -179,11 +179,13 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
     if untuned:
         lines.append(f"- not tuned yet (run at the profile's values): {', '.join(untuned)}; search with "
                      f"`{_tune_command(profile, untuned)}`.")  # fmt: skip
-    shas = {run.get("training_data_sha256") for record in records.values() for point in record["points"]
-            for run in point.get("seeds", [])} - {None}  # fmt: skip
+    every = [run.get("training_data_sha256") for record in records.values() for point in record["points"]
+             for run in point.get("seeds", [])]  # fmt: skip
+    shas, unknown = set(every) - {None}, every.count(None)
     if len(shas) == 1:
-        lines.append(f"- every search run read the same instances (sha256 `{next(iter(shas))[:12]}`; the main "
-                     "table's runs: *Training data*).")  # fmt: skip
+        others = f"; {unknown} earlier run(s) recorded no sha256" if unknown else ""
+        lines.append(f"- every search run that recorded its instances read the same ones (sha256 "
+                     f"`{next(iter(shas))[:12]}`{others}; the main table's runs: *Training data*).")  # fmt: skip
     elif shas:
         lines.append(f"- **the search's runs read {len(shas)} different builds of the training data** "
                      f"({', '.join(sorted(h[:12] for h in shas))}): their scores are not comparable.")  # fmt: skip
