@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, apply_overrides, check_ranges, fingerprint, to_jsonable
-from .data.training import TrainingData, data_fingerprint, load_training_data, training_data_folder
+from .data.training import data_fingerprint, instances_sha256, load_training_data, training_data_folder
 from .method import METHODS
 from .profiles import Profile
 from .results import load_tuning
@@ -94,9 +94,7 @@ def _train_and_score(method: str, config: RunConfig, workspace: Workspace) -> di
 def built_sha(config: RunConfig, workspace: Workspace) -> str | None:
     """The sha256 of the training instances built here for ``config`` (None if not built yet): builds nothing."""
     folder = training_data_folder(config.data, workspace)
-    if not (folder / "manifest.json").is_file():
-        return None
-    return TrainingData(train=[], heldout=[], probe=[], manifest={}, folder=folder).sha256  # the files' hash only
+    return instances_sha256(folder) if (folder / "manifest.json").is_file() else None
 
 
 def tuning_seeds(profile: Profile, config: RunConfig) -> tuple[int, ...]:
@@ -246,9 +244,10 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
                 if run is not None and run.get("training_data") == data_fingerprint(point_config.data):
                     mrr = run.get("heldout_mrr")
                     state = f"recorded, held-out MRR {'n/a' if mrr is None else f'{mrr:.4f}'} (not trained again)"
-                    if recorded_sha and built_sha(point_config, workspace) is None:
+                    here = built_sha(point_config, workspace) if recorded_sha else None
+                    if recorded_sha and here is None:
                         state = state[:-1] + f" if the data built here has sha256 {recorded_sha[:12]})"
-                    elif recorded_sha and built_sha(point_config, workspace) != recorded_sha:
+                    elif recorded_sha and here != recorded_sha:
                         state = f"recorded on other instances (sha256 {recorded_sha[:12]}): trained again -> {folder}"
                 else:
                     state = f"{checkpoint_state(folder)} -> {folder}"

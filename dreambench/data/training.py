@@ -75,15 +75,19 @@ class TrainingData:
 
     @functools.cached_property
     def sha256(self) -> str | None:
-        """Of the instance files as built (train, held-out, probe): every trained result records it, so runs
-        whose data was rebuilt on another machine can be shown to have read the same instances."""
-        digest = hashlib.sha256()
-        for name in ("train.jsonl", "heldout.jsonl", "probe.jsonl"):
-            path = self.folder / name
-            if not path.is_file():
-                return None
-            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
-        return digest.hexdigest()
+        return instances_sha256(self.folder)
+
+
+def instances_sha256(folder: Path) -> str | None:
+    """Of the instance files as built (train, held-out, probe; None if one is missing): every trained result
+    and tuning run records it, so runs whose data was rebuilt on another machine can be shown to have read the
+    same instances."""
+    digest = hashlib.sha256()
+    for name in ("train.jsonl", "heldout.jsonl", "probe.jsonl"):
+        if not (folder / name).is_file():
+            return None
+        digest.update(name.encode() + b"\0" + (folder / name).read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def article_chunks(article: Article, data: DataConfig) -> list[Chunk]:
@@ -241,13 +245,8 @@ def _queries_for(passages: list[str], data: DataConfig, workspace: Workspace, se
         rng = random.Random(seed)
         return [crop_query(p, rng) for p in passages]
     if data.query_source == "generate":
-        generator = QueryGenerator(
-            data.query_generator,
-            workspace,
-            data.query_batch_size,
-            data.query_max_new_tokens,
-            data.query_precision,
-        )
+        generator = QueryGenerator(data.query_generator, workspace, data.query_batch_size,
+                                   data.query_max_new_tokens, data.query_precision)  # fmt: skip
         return generator.generate(passages)
     raise ValueError(f"data.query_source: unknown value {data.query_source!r} (generate, crop)")
 
@@ -257,6 +256,7 @@ def _queries_for(passages: list[str], data: DataConfig, workspace: Workspace, se
 
 
 BUILD_VERSION = 3  # bump when the construction changes, so cached training sets are rebuilt
+
 
 def data_fingerprint(data: DataConfig) -> str:
     generated = data.query_source == "generate"
