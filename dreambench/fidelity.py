@@ -15,9 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .config import RunConfig, method_params
+from .experiment import Experiment, Profile
 from .fidelity_rows import PROFILE_ORDER, ROWS, Row, Varies
 from .method import METHODS, DenseMethod
-from .profiles import PROFILES, Experiment, Profile
+from .profiles import PROFILES
 
 SECTIONS = ("data", "model", "train", "eval")  # the shared config areas, in the order the document shows them
 SECTION_TITLES = {"data": "Data", "model": "Model (retriever)", "train": "Training", "eval": "Evaluation"}

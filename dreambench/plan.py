@@ -14,9 +14,9 @@ from typing import Any
 
 from .config import ConfigError, RunConfig, apply_overrides, check_ranges, fingerprint
 from .data.beir import DatasetFormatError
+from .experiment import Experiment, Profile
 from .method import METHODS, Method
 from .models.backbones import BACKBONES, _package_dir, check_model_name
-from .profiles import Experiment, Profile
 from .results import SEED_MARK
 from .tasks import load_task, locate, task_fingerprint, task_spec
 from .workspace import Workspace, package_versions

@@ -16,8 +16,8 @@ from .registry import Registry, discover_plugins
 
 if TYPE_CHECKING:
     from .config import RunConfig
+    from .experiment import Experiment
     from .plan import Job
-    from .profiles import Experiment
     from .report import StudyReport
     from .workspace import Workspace
 

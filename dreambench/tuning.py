@@ -27,8 +27,8 @@ from typing import Any
 
 from .config import RunConfig, apply_overrides, check_ranges, fingerprint, to_jsonable
 from .data.training import data_fingerprint, instances_sha256, load_training_data, training_data_folder
+from .experiment import Profile
 from .method import METHODS
-from .profiles import Profile
 from .results import load_tuning
 from .runner import held_lock
 from .training.trainer import TrainingDiverged, checkpoint_state

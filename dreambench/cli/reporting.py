@@ -13,9 +13,13 @@ from pathlib import Path
 import pandas as pd
 
 from .. import report
+from ..data import published
+from ..data.published import PUBLISHED
+from ..data.training import training_data_folder
+from ..experiment import Profile
 from ..method import METHODS
 from ..plan import expected_fingerprint, plan_jobs, stage_jobs
-from ..profiles import PROFILES, Profile
+from ..profiles import PROFILES
 from ..report.engine import RECORD_PATTERNS
 from ..results import ResultKey, summary_problems
 from ..runner import Runner
@@ -56,7 +60,7 @@ def _current(profile: Profile, payload: dict, workspace: Workspace) -> bool:
 
 def _is_result(relative: Path) -> bool:
     """``<method>/<experiment>/<dataset>.json`` (not a stage record, study measurement or tuning point)."""
-    return len(relative.parts) == 3 and relative.suffix == ".json" and relative.parts[0] not in ("stages", "tuning")
+    return len(relative.parts) == 3 and relative.suffix == ".json" and relative.parts[0] not in ("stages", "tuning", PUBLISHED)
 
 
 def _merge_committed(profile: Profile, workspace: Workspace, target: Path) -> tuple[int, int, int]:
@@ -102,6 +106,8 @@ def render_report(profile: Profile, workspace: Workspace) -> Path | None:
     """Re-render ``reports/<profile>/`` from the stored results. A run that computed only part of a profile
     (``--methods bm25``, say) never wipes what the committed report holds: the report's own records are
     rendered too wherever the results folder has nothing newer and this code gives them the same fingerprint."""
+    if profile.config.data.query_source == "generate":  # the generated training data goes with the results
+        published.sync(training_data_folder(profile.config.data, workspace), workspace, profile.name)
     kept = report.records_dir(workspace.reports_dir, profile.name)
     ours = workspace.results_dir / profile.name
     plan = default_plan(profile.name)

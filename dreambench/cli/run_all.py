@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .. import distributed
 from ..config import ConfigError, apply_overrides, load_config_file, parse_cli_overrides
+from ..data import published
 from ..data.training import load_training_data, training_data_folder
 from ..method import METHODS, add_method_path
 from ..plan import plan_jobs
@@ -213,6 +214,8 @@ def build_data(config, workspace) -> int:
         built = not (training_data_folder(config.data, workspace) / "manifest.json").is_file()
         data = load_training_data(config, workspace)
         note(computed=int(built))
+    if config.data.query_source == "generate":
+        published.sync(data.folder, workspace, config.profile)  # beside the results, as a render publishes it
     counts = data.manifest["instances"]
     print(f"training data ({config.data.source}, K={config.data.num_candidates}, queries: {config.data.query_source}"
           f"{' by ' + config.data.query_generator if config.data.query_source == 'generate' else ''}): "
@@ -302,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
         workspace = Workspace.resolve(args.data_dir, args.cache_dir, args.results_dir, args.reports_dir)
         if not (args.check or args.dry_run):
             check_writable(workspace, render=not args.shard)
+        generated = training_data_folder(config.data, workspace) if config.data.query_source == "generate" else None
+        if generated and not (args.check or args.dry_run or args.render_only):
+            published.adopt(generated, workspace, config.profile)  # the copy published with the records, if any
         if args.build_data:
             return build_data(config, workspace)
         if args.rerun is not None and not args.check:

@@ -11,14 +11,15 @@ articles in the same topic. Articles are split once, deterministically:
 * training articles — training instances and the head-selection probe set (as in DREAM, which selects
   heads on training examples).
 
-Everything is cached under ``<cache>/training-data/<fingerprint>/`` and reused.
+Everything is cached under ``<cache>/training-data/<fingerprint>/`` and reused; ``run_all.py`` also publishes
+generated data beside the profile's results and takes a published copy instead of generating again
+(:mod:`.published`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import logging
 import math
@@ -29,6 +30,7 @@ from pathlib import Path
 from ..config import DataConfig, RunConfig, fingerprint, to_jsonable
 from ..workspace import Workspace, atomic_dir, build_lock, package_versions
 from .desc2lead import split_articles
+from .published import instances_sha256
 from .querygen import GENERATION_VERSION, QueryGenerator, crop_query, generator_prompt
 from .sources import Article, load_articles
 from .text import chunk_text, english_stemmer
@@ -76,18 +78,6 @@ class TrainingData:
     @functools.cached_property
     def sha256(self) -> str | None:
         return instances_sha256(self.folder)
-
-
-def instances_sha256(folder: Path) -> str | None:
-    """Of the instance files as built (train, held-out, probe; None if one is missing): every trained result
-    and tuning run records it, so runs whose data was rebuilt on another machine can be shown to have read the
-    same instances."""
-    digest = hashlib.sha256()
-    for name in ("train.jsonl", "heldout.jsonl", "probe.jsonl"):
-        if not (folder / name).is_file():
-            return None
-        digest.update(name.encode() + b"\0" + (folder / name).read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 def article_chunks(article: Article, data: DataConfig) -> list[Chunk]:
@@ -396,4 +386,4 @@ def _build(data: DataConfig, workspace: Workspace, folder: Path) -> None:
         _write_jsonl(tmp / "heldout.jsonl", heldout)
         _write_jsonl(tmp / "probe.jsonl", probe)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-    log.info("training data: %s", manifest["instances"])
+    log.info("training data: %s, sha256 %s", manifest["instances"], instances_sha256(folder))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import tempfile
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..data.published import PUBLISHED, published_problems
 from ..results import ranking_problems, summary_problems
 from .engine import RECORDS, Plan, records_dir, render, rendered_files
 from .frame import PROVENANCE
@@ -27,8 +29,10 @@ def _comparable(path: Path) -> bytes:
 def record_problems(folder: Path) -> list[str]:
     """Every result record under ``folder`` (``<results>/<profile>``): its summary is the mean of its
     per-query scores, and those are what its ranking scores against its qrels where both are kept."""
-    problems = []
+    problems, trained_on = [], collections.defaultdict(set)  # data fingerprint -> the sha256 values recorded
     for path in sorted(folder.glob("*/*/*.json")):
+        if path.relative_to(folder).parts[0] == PUBLISHED:
+            continue  # the published training data's manifest
         try:
             payload = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -37,7 +41,14 @@ def record_problems(folder: Path) -> list[str]:
         if "scores" not in payload:
             continue  # not a result (a study's measurement, a stage record)
         problems += [f"{path}: {problem}" for problem in summary_problems(payload) + ranking_problems(payload, folder)]
-    return problems
+        data = (payload.get("training") or {}).get("training_data") or {}
+        if data.get("sha256"):
+            trained_on[data["folder"].rpartition("-")[2]].add(data["sha256"])
+    for path in sorted((folder / "tuning" / "runs").glob("*.json")):
+        for run in json.loads(path.read_text()).values():
+            if run.get("training_data") and run.get("training_data_sha256"):
+                trained_on[run["training_data"]].add(run["training_data_sha256"])
+    return problems + published_problems(folder, trained_on)
 
 
 def check_report(

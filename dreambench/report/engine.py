@@ -183,7 +183,7 @@ def records_dir(reports_dir: Path, profile: str) -> Path:
 
 # what a report keeps of each result: the record, its ranking and the judgements it was scored against, so
 # that ``--check`` can recompute the per-query scores from the ranking and the summary from the per-query scores
-RECORD_PATTERNS = ("*.json", "*.run.trec.gz", "qrels/*.tsv")
+RECORD_PATTERNS = ("*.json", "*.run.trec.gz", "qrels/*.tsv", "training-data/*/*.jsonl")
 
 
 def copy_records(source: Path, target: Path) -> Path:

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from ..experiment import Profile
 from ..method import METHODS
-from ..profiles import PROFILES, Profile
+from ..profiles import PROFILES
 from ..results import SEED_MARK, ResultKey, iter_results, load_stage_records, load_tuning
 from ..tasks import TASKS
 from .frame import dataset_order, row_label

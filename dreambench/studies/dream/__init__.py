@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...config import RunConfig, method_params
+from ...experiment import Experiment
 from ...method import METHODS
 from ...plan import Job
-from ...profiles import Experiment
 from ...report import StudyReport
 from ...study import Study, register_study
 from ...workspace import Workspace

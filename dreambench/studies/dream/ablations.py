@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ...profiles import Experiment
+from ...experiment import Experiment
 
 HEAD_COUNTS = (1, 4, 8, 16, 32, 64)  # DREAM Fig. 3
 
