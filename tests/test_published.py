@@ -3,13 +3,16 @@ copy instead of generating the queries again, a render carries it into the repor
 names a copy whose instances are not the ones the records trained on."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from dreambench.cli import run_all
+from dreambench.cli.reporting import render_report
 from dreambench.data import published
 from dreambench.data.querygen import QueryGenerator
-from dreambench.data.training import instances_sha256
+from dreambench.data.training import instances_sha256, load_training_data
+from dreambench.profiles import PROFILES
 from dreambench.report.check import record_problems
 from dreambench.report.engine import copy_records
 from dreambench.results import load_stage_records
@@ -20,6 +23,11 @@ def _args(workspace, *extra):
     return ["--profile", "smoke", "--data-dir", str(workspace.data_dir), "--cache-dir", str(workspace.cache_dir),
             "--results-dir", str(workspace.results_dir), "--reports-dir", str(workspace.reports_dir),
             "--set", "data.query_source=generate", *extra]  # fmt: skip
+
+
+def _copy(root):
+    (copy,) = (p for p in (root / published.PUBLISHED).iterdir() if p.is_dir() and not p.name.startswith("."))
+    return copy
 
 
 def _cached(workspace):
@@ -92,17 +100,63 @@ def test_a_render_carries_the_published_copy_into_the_records(built, tmp_path):
     folder = _cached(built)
     target = copy_records(built.results_dir / "smoke", tmp_path / "records")
     assert instances_sha256(target / published.PUBLISHED / folder.name) == instances_sha256(folder)
+    # a folder still being written (a dot name) is not carried
+    (built.results_dir / "smoke" / published.PUBLISHED / f".{folder.name}.tmp").mkdir()
+    (built.results_dir / "smoke" / published.PUBLISHED / f".{folder.name}.tmp" / "train.jsonl").write_text("{}")
+    again = copy_records(built.results_dir / "smoke", tmp_path / "again")
+    assert sorted(p.name for p in (again / published.PUBLISHED).iterdir()) == [folder.name]
+
+
+def _generated_profile():
+    smoke = PROFILES.get("smoke")
+    return replace(smoke, config=replace(smoke.config, data=replace(smoke.config.data, query_source="generate")))
+
+
+def test_rendering_publishes_the_profiles_own_data_from_the_cache(built, tmp_path):
+    folder = _cached(built)
+    elsewhere = Workspace.resolve(built.data_dir, built.cache_dir, tmp_path / "results", tmp_path / "reports")
+    render_report(_generated_profile(), elsewhere)
+    assert instances_sha256(elsewhere.results_dir / "smoke" / published.PUBLISHED / folder.name) == \
+        instances_sha256(folder)  # fmt: skip
+
+
+def test_cropped_queries_are_neither_published_nor_taken(workspace):
+    args = [a for a in _args(workspace, "--build-data") if a not in ("--set", "data.query_source=generate")]
+    assert run_all.main(args) == 0  # smoke's own data: cropped queries
+    assert not (workspace.results_dir / "smoke" / published.PUBLISHED).exists()
+
+
+def test_the_library_loader_builds_and_never_takes_a_copy(built, tmp_path, monkeypatch):
+    """Only run_all takes a published copy: a test or script loading data into a fresh cache builds it."""
+    calls = []
+    monkeypatch.setattr(QueryGenerator, "generate", lambda self, ps: calls.append(len(ps)) or [
+        f"what is said of {' '.join(p.split()[:3])}?" for p in ps])  # fmt: skip
+    fresh = Workspace.resolve(built.data_dir, tmp_path / "c", built.results_dir, built.reports_dir)
+    data = load_training_data(_generated_profile().config, fresh)
+    assert calls and data.sha256 == instances_sha256(_cached(built))
+
+
+def test_a_copy_other_than_the_one_its_records_trained_on_is_not_taken(built, tmp_path, monkeypatch):
+    root = built.results_dir / "smoke"
+    copy = _copy(root)
+    _runs_file(root, copy.name.rpartition("-")[2], "0" * 64)  # the records trained on other instances
+    built_again = []
+    monkeypatch.setattr(QueryGenerator, "generate", lambda self, ps: built_again.append(1) or [
+        f"what is said of {' '.join(p.split()[:3])}?" for p in ps])  # fmt: skip
+    fresh = Workspace.resolve(built.data_dir, tmp_path / "c", built.results_dir, tmp_path / "reports")
+    assert run_all.main(_args(fresh, "--build-data")) == 0
+    assert built_again  # built, not taken
 
 
 def _runs_file(root, fingerprint, sha):
     path = root / "tuning" / "runs" / "infonce.json"
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"infonce-x": {"training_data": fingerprint, "training_data_sha256": sha}}))
 
 
 def test_an_edited_published_copy_fails_the_check_naming_it(built):
     root = built.results_dir / "smoke"
-    copy = next((root / published.PUBLISHED).iterdir())
+    copy = _copy(root)
     _runs_file(root, copy.name.rpartition("-")[2], instances_sha256(copy))
     assert record_problems(root) == []
     lines = (copy / "train.jsonl").read_text().splitlines()
@@ -115,7 +169,17 @@ def test_an_edited_published_copy_fails_the_check_naming_it(built):
 
 def test_an_incomplete_published_copy_fails_the_check(built):
     root = built.results_dir / "smoke"
-    copy = next((root / published.PUBLISHED).iterdir())
+    copy = _copy(root)
     (copy / "probe.jsonl").unlink()
     (problem,) = record_problems(root)
     assert copy.name in problem and "probe.jsonl" in problem
+
+
+def test_the_seeds_of_a_tuning_records_points_count_as_records(built):
+    root = built.results_dir / "smoke"
+    copy = _copy(root)
+    (root / "tuning").mkdir()
+    run = {"training_data": copy.name.rpartition("-")[2], "training_data_sha256": "f" * 64}
+    (root / "tuning" / "infonce.json").write_text(json.dumps({"points": [{"seeds": [run]}]}))
+    (problem,) = record_problems(root)
+    assert "ffffffffffff" in problem

@@ -70,6 +70,7 @@ def _merge_committed(profile: Profile, workspace: Workspace, target: Path) -> tu
     as some of its results are still shown); returns (results, committed records used, committed left out)."""
     ours, kept = workspace.results_dir / profile.name, report.records_dir(workspace.reports_dir, profile.name)
     files = [p.relative_to(kept) for pattern in RECORD_PATTERNS for p in sorted(kept.rglob(pattern))]
+    files = [r for r in files if not any(part.startswith(".") for part in r.parts)]  # folders being written
     missing = [r for r in files if not (ours / r).exists()]
     used, stale = [], 0
     for relative in (r for r in missing if _is_result(r)):
@@ -81,8 +82,11 @@ def _merge_committed(profile: Profile, workspace: Workspace, target: Path) -> tu
         else:
             used.append(relative)
     shown = {r.with_suffix("") for r in used}  # <method>/<experiment>/<dataset>
+    current = training_data_folder(profile.config.data, workspace).name  # the profile's data: its copy is kept
     for relative in missing:
-        if _is_result(relative) and relative.name != "FAILED.json":
+        if relative.parts[0] == PUBLISHED:
+            take = relative.parts[1] == current
+        elif _is_result(relative) and relative.name != "FAILED.json":
             take = relative in used
         elif relative.name.endswith(".run.trec.gz"):
             take = relative.parent / relative.name.removesuffix(".run.trec.gz") in shown
@@ -94,6 +98,8 @@ def _merge_committed(profile: Profile, workspace: Workspace, target: Path) -> tu
             shutil.copyfile(kept / relative, dest)
     for pattern in RECORD_PATTERNS:  # then the results folder's own files, which win
         for path in sorted(ours.rglob(pattern)):
+            if any(part.startswith(".") for part in path.relative_to(ours).parts):
+                continue
             dest = target / profile.name / path.relative_to(ours)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, dest)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import json
 import re
 import tempfile
@@ -28,11 +27,10 @@ def _comparable(path: Path) -> bytes:
 
 def record_problems(folder: Path) -> list[str]:
     """Every result record under ``folder`` (``<results>/<profile>``): its summary is the mean of its
-    per-query scores, and those are what its ranking scores against its qrels where both are kept."""
-    problems, trained_on = [], collections.defaultdict(set)  # data fingerprint -> the sha256 values recorded
-    for path in sorted(folder.glob("*/*/*.json")):
-        if path.relative_to(folder).parts[0] == PUBLISHED:
-            continue  # the published training data's manifest
+    per-query scores, and those are what its ranking scores against its qrels where both are kept; each published
+    copy of the training data holds the instances its records name."""
+    problems = []
+    for path in _records(folder):
         try:
             payload = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -41,14 +39,13 @@ def record_problems(folder: Path) -> list[str]:
         if "scores" not in payload:
             continue  # not a result (a study's measurement, a stage record)
         problems += [f"{path}: {problem}" for problem in summary_problems(payload) + ranking_problems(payload, folder)]
-        data = (payload.get("training") or {}).get("training_data") or {}
-        if data.get("sha256"):
-            trained_on[data["folder"].rpartition("-")[2]].add(data["sha256"])
-    for path in sorted((folder / "tuning" / "runs").glob("*.json")):
-        for run in json.loads(path.read_text()).values():
-            if run.get("training_data") and run.get("training_data_sha256"):
-                trained_on[run["training_data"]].add(run["training_data_sha256"])
-    return problems + published_problems(folder, trained_on)
+    return problems + published_problems(folder)
+
+
+def _records(folder: Path) -> list[Path]:
+    """``<method>/<experiment>/<dataset>.json`` and the studies' measurements under ``folder``
+    (``<results>/<profile>``), not the published training data's manifest."""
+    return [p for p in sorted(folder.glob("*/*/*.json")) if p.relative_to(folder).parts[0] != PUBLISHED]
 
 
 def check_report(
@@ -81,10 +78,10 @@ def check_report(
         if current != row.fingerprint:
             problems.append(f"{label}: computed by other code or settings (fingerprint {row.fingerprint}, "
                             f"this code gives {current}); rerun it")  # fmt: skip
-    if any(records_dir(reports_dir, profile).glob("*/*/*.json")):
+    if _records(records_dir(reports_dir, profile)):
         results_dir = reports_dir / RECORDS  # the report's own records: what it was rendered from
     problems += record_problems(results_dir / profile)
-    if any(results_dir.glob(f"{profile}/*/*/*.json")):
+    if _records(results_dir / profile):
         with tempfile.TemporaryDirectory() as tmp:
             render(results_dir, Path(tmp), profile, planned)
             for fresh in sorted((Path(tmp) / profile).iterdir()):

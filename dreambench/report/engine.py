@@ -193,6 +193,8 @@ def copy_records(source: Path, target: Path) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     for pattern in RECORD_PATTERNS:
         for path in sorted(source.rglob(pattern)):
+            if any(part.startswith(".") for part in path.relative_to(source).parts):
+                continue  # a folder still being written, or being replaced
             dest = target / path.relative_to(source)
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(path.read_bytes())
