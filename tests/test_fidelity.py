@@ -90,7 +90,7 @@ def test_every_recorded_value_is_the_one_its_profile_runs():
 
 def test_values_are_read_after_the_main_experiments_overrides():
     mini = PROFILES.get("mini")
-    assert MINI_TUNED == {}  # mini's search has not chosen yet: the profile's values run
+    assert actual_value("train.lr", mini, "infonce") == MINI_TUNED["infonce"]["train.lr"]  # the search's choice
     assert actual_value("methods.dream.tau_init", mini, "dream") == mini.config.methods["dream"]["tau_init"]
     tuned = _with_main_override(mini, "dream", **{"train.lr": 1e-3, "methods.dream.tau_init": 0.02})
     assert actual_value("methods.dream.tau_init", tuned, "dream") == 0.02

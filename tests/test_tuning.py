@@ -7,6 +7,7 @@ import pytest
 import run_all
 from dreambench.method import METHODS
 from dreambench.profiles import PROFILES
+from dreambench.report.runs import profile_values
 from dreambench.results import load_stage_records, load_tuning
 
 
@@ -95,7 +96,8 @@ def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(t
     (folder / "revela.json").write_text(json.dumps({"method": "revela", "complete": False, "points": [point]}))
     table, lines = tuning_section(tmp_path, "mini")
     assert len(table) == 2 and table["chosen"].tolist() == ["", ""]
-    lr = PROFILES.get("mini").config.train.lr  # not tuned yet: the profile's own learning rate, not "{}"
+    # what the main table runs at: the committed choice, else the profile's own learning rate (never "{}")
+    lr = profile_values(PROFILES.get("mini"), "infonce", ["train.lr"])["train.lr"]
     assert lines[0] == (f"- infonce: search incomplete (1 point so far; the main table runs at the profile's values "
                         f"{ {'train.lr': lr} }; resume with `python run_all.py --profile mini --tune --methods "
                         "infonce`; a run "
@@ -111,10 +113,11 @@ def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(t
                                                      "chosen": {"train.lr": lr}}))  # fmt: skip
     agreed = tuning_section(tmp_path, "mini")[1][0]
     assert agreed == f"- infonce: chose {{'train.lr': {lr}}}; the profile uses these values."
+    other = 1e-4 if lr != 1e-4 else 1e-3
     (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": [point],
-                                                     "chosen": {"train.lr": 1e-3}}))  # fmt: skip
+                                                     "chosen": {"train.lr": other}}))  # fmt: skip
     assert tuning_section(tmp_path, "mini")[1][0].startswith(
-        f"- infonce: chose {{'train.lr': 0.001}}, but the profile runs at {{'train.lr': {lr}}}: the main table "
+        f"- infonce: chose {{'train.lr': {other}}}, but the profile runs at {{'train.lr': {lr}}}: the main table "
         "does not")
 
 
