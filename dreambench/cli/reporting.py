@@ -23,7 +23,7 @@ from ..profiles import PROFILES
 from ..report.engine import RECORD_PATTERNS
 from ..results import ResultKey, summary_problems
 from ..runner import Runner
-from ..workspace import Workspace, git_info
+from ..workspace import Workspace, git_info, machine_info
 
 log = logging.getLogger("run_all")
 
@@ -155,8 +155,12 @@ def _rerun(profile: Profile, workspace: Workspace, methods: list[str]) -> list[s
             if recomputed.keys() != record["scores"].keys() or any(
                 abs(recomputed[m] - record["scores"][m]) > RERUN_TOLERANCE for m in recomputed
             ):
+                was, now = (record.get("machine") or {}).get("cpu_capability"), machine_info().get("cpu_capability")
                 problems.append(f"{kept / record['method'] / record['experiment'] / (record['dataset'] + '.json')}: "
-                                f"scores {record['scores']} recomputed as {fresh.get('scores')}")  # fmt: skip
+                                f"scores {record['scores']} recomputed as {fresh.get('scores')}" + (
+                                    f" (recorded on a {was} CPU, recomputed on {now}: a dense encoding under bf16 "
+                                    "autocast is not bit-identical across instruction sets)"
+                                    if was and now and was != now and record.get("kind") == "dense" else ""))  # fmt: skip
             else:
                 print(f"rerun {record['method']}/{record['experiment']} on {record['dataset']}: equal")
     return problems
