@@ -20,7 +20,7 @@ from ..experiment import Profile
 from ..method import METHODS
 from ..plan import expected_fingerprint, plan_jobs, stage_jobs
 from ..profiles import PROFILES
-from ..report.engine import RECORD_PATTERNS
+from ..report.engine import RECORD_PATTERNS, being_written
 from ..results import ResultKey, summary_problems
 from ..runner import Runner
 from ..workspace import Workspace, git_info, machine_info
@@ -70,7 +70,7 @@ def _merge_committed(profile: Profile, workspace: Workspace, target: Path) -> tu
     as some of its results are still shown); returns (results, committed records used, committed left out)."""
     ours, kept = workspace.results_dir / profile.name, report.records_dir(workspace.reports_dir, profile.name)
     files = [p.relative_to(kept) for pattern in RECORD_PATTERNS for p in sorted(kept.rglob(pattern))]
-    files = [r for r in files if not any(part.startswith(".") for part in r.parts)]  # folders being written
+    files = [r for r in files if not being_written(r)]
     missing = [r for r in files if not (ours / r).exists()]
     used, stale = [], 0
     for relative in (r for r in missing if _is_result(r)):
@@ -98,7 +98,7 @@ def _merge_committed(profile: Profile, workspace: Workspace, target: Path) -> tu
             shutil.copyfile(kept / relative, dest)
     for pattern in RECORD_PATTERNS:  # then the results folder's own files, which win
         for path in sorted(ours.rglob(pattern)):
-            if any(part.startswith(".") for part in path.relative_to(ours).parts):
+            if being_written(path.relative_to(ours)):
                 continue
             dest = target / profile.name / path.relative_to(ours)
             dest.parent.mkdir(parents=True, exist_ok=True)

@@ -186,6 +186,11 @@ def records_dir(reports_dir: Path, profile: str) -> Path:
 RECORD_PATTERNS = ("*.json", "*.run.trec.gz", "qrels/*.tsv", "training-data/*/*.jsonl")
 
 
+def being_written(relative: Path) -> bool:
+    """A record path inside a folder still being written or replaced (a dot name): never carried."""
+    return any(part.startswith(".") for part in relative.parts)
+
+
 def copy_records(source: Path, target: Path) -> Path:
     """Copy every record under ``source`` (results with their per-query scores and training logs, their
     rankings and qrels, stage times, the studies' measurements, tuning points) to ``target``; locks stay
@@ -193,8 +198,8 @@ def copy_records(source: Path, target: Path) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     for pattern in RECORD_PATTERNS:
         for path in sorted(source.rglob(pattern)):
-            if any(part.startswith(".") for part in path.relative_to(source).parts):
-                continue  # a folder still being written, or being replaced
+            if being_written(path.relative_to(source)):
+                continue
             dest = target / path.relative_to(source)
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(path.read_bytes())
