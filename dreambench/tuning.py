@@ -87,7 +87,9 @@ def _train_and_score(method: str, config: RunConfig, workspace: Workspace) -> di
         # the instances read (sha256 of the train, held-out and probe files): a run recorded on another machine,
         # whose data was rebuilt there, is reused only where the rebuild read the same instances
         "training_data_sha256": (summary.get("training_data") or {}).get("sha256"),
-        **{k: summary[k] for k in ("tau_start", "tau", "gate_start", "gate", "chance_loss") if k in summary},
+        **{k: summary[k] for k in ("tau_start", "tau", "gate_start", "gate", "chance_loss", "heads") if k in summary},
+        # where it ran: precision auto trains under bf16 autocast only on a CPU with native bf16 (cpu_bf16)
+        "machine": {k: v for k, v in machine_info().items() if k in ("cpu", "cpu_capability", "cpu_bf16", "cuda_device")},
     }
 
 

@@ -184,10 +184,23 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def cpu_supports_bf16() -> bool:
+    """Whether this CPU has native bf16 arithmetic (AVX-512 BF16 or AMX): only there does precision ``auto``
+    run under bf16 autocast; elsewhere bf16 is emulated and far slower than fp32, so ``auto`` means fp32."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = handle.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def machine_info() -> dict[str, Any]:
     """What a result's numbers may depend on beyond code and config: the same code can round differently on
-    another CPU, since torch picks its CPU kernels by instruction set (``cpu_capability``)."""
-    info: dict[str, Any] = {"platform": platform.platform(), "cpus": os.cpu_count(), "cpu": cpu_model()}
+    another CPU, since torch picks its CPU kernels by instruction set (``cpu_capability``), and precision
+    ``auto`` means bf16 autocast on a CPU with native bf16 and fp32 on one without (``cpu_bf16``)."""
+    info: dict[str, Any] = {"platform": platform.platform(), "cpus": os.cpu_count(), "cpu": cpu_model(),
+                            "cpu_bf16": cpu_supports_bf16()}  # fmt: skip
     try:
         import torch
 

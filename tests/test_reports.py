@@ -412,6 +412,36 @@ def test_the_provenance_names_the_cpu_and_the_kernels_torch_picked():
     assert machine_label({"cuda_device": "H100", "cpu": "x", "torch_threads": 16, "platform": "L"}) == "H100, 16 torch threads, L"
 
 
+def test_what_precision_auto_meant_is_recorded_and_named_when_a_rerun_differs(monkeypatch):
+    """Precision ``auto`` is bf16 autocast only on a CPU with native bf16 and fp32 elsewhere: each record says
+    which (``cpu_bf16``), the run list names it, and ``--check --rerun`` names it before the instruction set
+    when a dense record recomputes differently."""
+    import torch
+
+    from dreambench import workspace as ws
+    from dreambench.cli.reporting import machine_difference
+    from dreambench.models.backbones import autocast_dtype
+    from dreambench.report import machine_label
+
+    for native in (True, False):
+        monkeypatch.setattr(ws, "cpu_supports_bf16", lambda native=native: native)
+        assert ws.machine_info()["cpu_bf16"] is native
+    monkeypatch.setattr("dreambench.models.backbones.cpu_supports_bf16", lambda: False)
+    assert autocast_dtype("auto", torch.device("cpu")) is None
+    monkeypatch.setattr("dreambench.models.backbones.cpu_supports_bf16", lambda: True)
+    assert autocast_dtype("auto", torch.device("cpu")) == torch.bfloat16
+
+    base = {"cpus": 2, "torch_threads": 2, "platform": "L", "cpu": "C", "cpu_capability": "AVX2"}
+    assert machine_label({**base, "cpu_bf16": False}) == (
+        "2 CPU cores (C, torch kernels AVX2, no native bf16: precision auto is fp32), 2 torch threads, L")
+    assert machine_label({**base, "cpu_bf16": True}).startswith("2 CPU cores (C, torch kernels AVX2, native bf16")
+    was, now = {**base, "cpu_capability": "AVX512", "cpu_bf16": True}, {**base, "cpu_bf16": False}
+    assert "recorded under bf16 autocast, recomputed under fp32" in machine_difference(was, now, "dense")
+    older = {k: v for k, v in was.items() if k != "cpu_bf16"}  # records from before cpu_bf16 was recorded
+    assert "recorded on a AVX512 CPU, recomputed on AVX2" in machine_difference(older, now, "dense")
+    assert machine_difference(was, now, "bm25") == "" and machine_difference(now, now, "dense") == ""
+
+
 def test_dream_is_compared_with_a_baseline_on_the_seeds_both_ran(tmp_path):
     """DREAM with three seeds against a baseline with one: the paired test and the claim use the shared seed,
     not DREAM's mean over three against one run; a row that does not train (BM25) counts at every seed."""

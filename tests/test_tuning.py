@@ -31,6 +31,8 @@ def test_tuning_trains_every_grid_point_and_keeps_the_held_out_best(workspace, c
     trained = len(list((workspace.cache_dir / "checkpoints" / "smoke").glob("infonce-*/final.pt")))
     assert len(stage) == 1 and stage[0]["finished"] and stage[0]["outcomes"] == {"computed": trained} and trained > 1
     assert record["complete"] and [p["axis"] for p in record["points"]] == [k for k, vs in grid for _ in vs]
+    # each run says where it ran: precision auto is bf16 autocast only on a CPU with native bf16
+    assert all({"cpu_capability", "cpu_bf16"} <= set(r["machine"]) for p in record["points"] for r in p["seeds"])
     chosen = {}
     for key, values in grid:  # coordinate search: each axis picks its best point given the earlier choices
         points = [p for p in record["points"] if p["axis"] == key]
@@ -233,3 +235,27 @@ def test_the_tuning_section_says_whether_every_search_run_read_the_same_instance
         write("a" * 64, "b" * 64)
     )
     assert not any("sha256" in line or "builds" in line for line in write(None, None))  # records from before
+
+
+def test_the_tuning_section_marks_each_run_with_the_precision_it_trained_at(tmp_path):
+    """Precision auto is bf16 autocast on a CPU with native bf16 and fp32 elsewhere, so a search resumed on
+    another kind of machine mixes them: each run that recorded its machine is marked, and a mix is named."""
+    from dreambench.report import tuning_section
+
+    folder = tmp_path / "mini" / "tuning"
+    folder.mkdir(parents=True)
+
+    def write(*natives):
+        seeds = [{"seed": n, "heldout_mrr": 0.5, **({} if native is None else {"machine": {"cpu_bf16": native}})}
+                 for n, native in enumerate(natives)]  # fmt: skip
+        point = {"axis": "train.lr", "value": 3e-4, "overrides": {"train.lr": 3e-4}, "seeds": seeds}
+        (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": False, "points": [point]}))
+        table, lines = tuning_section(tmp_path, "mini")
+        return table["MRR per seed"].iloc[0], "\n".join(lines)
+
+    per_seed, lines = write(True, False)
+    assert per_seed == "0: 0.500 bf16 / 1: 0.500 fp32" and "this search mixes both" in lines
+    per_seed, lines = write(False, None)  # the earlier run recorded no machine: unmarked, and no mix claimed
+    assert per_seed == "0: 0.500 fp32 / 1: 0.500" and "marks each run" in lines and "mixes" not in lines
+    per_seed, lines = write(None, None)
+    assert per_seed == "0: 0.500 / 1: 0.500" and "marks each run" not in lines

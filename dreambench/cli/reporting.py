@@ -155,15 +155,27 @@ def _rerun(profile: Profile, workspace: Workspace, methods: list[str]) -> list[s
             if recomputed.keys() != record["scores"].keys() or any(
                 abs(recomputed[m] - record["scores"][m]) > RERUN_TOLERANCE for m in recomputed
             ):
-                was, now = (record.get("machine") or {}).get("cpu_capability"), machine_info().get("cpu_capability")
                 problems.append(f"{kept / record['method'] / record['experiment'] / (record['dataset'] + '.json')}: "
-                                f"scores {record['scores']} recomputed as {fresh.get('scores')}" + (
-                                    f" (recorded on a {was} CPU, recomputed on {now}: a dense encoding under bf16 "
-                                    "autocast is not bit-identical across instruction sets)"
-                                    if was and now and was != now and record.get("kind") == "dense" else ""))  # fmt: skip
+                                f"scores {record['scores']} recomputed as {fresh.get('scores')}"
+                                + machine_difference(record.get("machine") or {}, machine_info(), record.get("kind")))
             else:
                 print(f"rerun {record['method']}/{record['experiment']} on {record['dataset']}: equal")
     return problems
+
+
+def machine_difference(was: dict, now: dict, kind: str | None) -> str:
+    """Why a dense record may not recompute bit for bit here: precision ``auto`` is bf16 autocast on a CPU with
+    native bf16 and fp32 on one without, and torch picks its CPU kernels by instruction set."""
+    if kind != "dense":
+        return ""
+    bf16 = {True: "bf16 autocast", False: "fp32"}
+    if "cpu_bf16" in was and was["cpu_bf16"] != now.get("cpu_bf16"):
+        return (f" (recorded under {bf16[was['cpu_bf16']]}, recomputed under {bf16[bool(now.get('cpu_bf16'))]}: "
+                "precision auto follows the CPU's native bf16, and near-ties change order)")  # fmt: skip
+    if was.get("cpu_capability") and now.get("cpu_capability") and was["cpu_capability"] != now["cpu_capability"]:
+        return (f" (recorded on a {was['cpu_capability']} CPU, recomputed on {now['cpu_capability']}: precision auto "
+                "is bf16 autocast only on a CPU with native bf16, and kernels differ by instruction set)")
+    return ""
 
 
 def check(profile: Profile, workspace: Workspace, rerun: list[str] | None = None) -> int:

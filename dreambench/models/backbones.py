@@ -22,7 +22,7 @@ import torch
 
 from ..config import ConfigError
 from ..registry import Registry
-from ..workspace import Workspace, atomic_dir, build_lock
+from ..workspace import Workspace, atomic_dir, build_lock, cpu_supports_bf16
 
 log = logging.getLogger(__name__)
 
@@ -75,15 +75,6 @@ for _spec in (
 
 # ----------------------------------------------------------------------------------------------------------
 # precision
-
-
-def cpu_supports_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            flags = handle.read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def autocast_dtype(setting: str, device: torch.device) -> torch.dtype | None:

@@ -94,6 +94,8 @@ def machine_label(machine: dict[str, Any]) -> str:
         "cuda_device"
     ):  # recorded since the CPU model was; older: absent
         isa = f", torch kernels {machine['cpu_capability']}" if machine.get("cpu_capability") else ""
+        if "cpu_bf16" in machine:  # recorded since; precision auto is bf16 autocast only with native bf16
+            isa += ", native bf16: precision auto is bf16 autocast" if machine["cpu_bf16"] else ", no native bf16: precision auto is fp32"
         device += f" ({machine['cpu']}{isa})"
     return f"{device}, {machine.get('torch_threads', '?')} torch threads, {machine.get('platform', '?')}"
 
@@ -108,8 +110,12 @@ def _per_seed(point: dict) -> str | None:
     runs = point.get("seeds") or []
     if len(runs) < 2:
         return None
+    def precision(run: dict) -> str:  # where recorded: what precision auto meant on the machine that ran it
+        native = (run.get("machine") or {}).get("cpu_bf16")
+        return "" if native is None or (run.get("machine") or {}).get("cuda_device") else (" bf16" if native else " fp32")
+
     return " / ".join(f"{r['seed']}: " + ("failed" if r.get("heldout_mrr") is None else f"{r['heldout_mrr']:.3f}")
-                      for r in runs)  # fmt: skip
+                      + precision(r) for r in runs)  # fmt: skip
 
 
 def profile_values(profile: Profile, method: str, keys: Sequence[str]) -> dict[str, Any]:
@@ -194,6 +200,12 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
     if machines:
         lines.append(f"- searched on (the last invocation to write each record): {'; '.join(machines)}; "
                      "`train min` depends on the machine.")  # fmt: skip
+    natives = {(r.get("machine") or {}).get("cpu_bf16") for record in records.values() for point in record["points"]
+               for r in point.get("seeds", []) if "cpu_bf16" in (r.get("machine") or {})}  # fmt: skip
+    if natives:
+        mixed = " — this search mixes both, a difference like a seed's" if len(natives) > 1 else ""
+        lines.append("- `MRR per seed` marks each run that recorded its machine with the precision it trained at "
+                     f"(precision auto: bf16 autocast on a CPU with native bf16, fp32 elsewhere){mixed}.")  # fmt: skip
     table = pd.DataFrame(rows).dropna(axis=1, how="all") if rows else pd.DataFrame()
     return table, lines
 
