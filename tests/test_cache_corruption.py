@@ -66,6 +66,27 @@ def test_a_damaged_head_ranking_is_named_and_computed_again(workspace, caplog):
     assert again == first and f"{path} is unreadable" in caplog.text
 
 
+def test_the_head_ranking_is_computed_in_fp32_on_a_cpu_whatever_the_training_precision(workspace, monkeypatch):
+    """Precision auto is bf16 autocast only on a CPU with native bf16; the ranking, computed once per judge and
+    probe set, must not depend on which machine computed it, so on a CPU it runs in fp32 and says so."""
+    import json
+
+    from dreambench.data.training import load_training_data
+    from dreambench.models.lm import LanguageModel
+    from dreambench.studies.dream import heads
+
+    judge = LanguageModel.load("tiny-llama", workspace).eval()
+    probe = load_training_data(SMOKE, workspace).probe
+    seen = []
+    real = heads.head_scores
+    monkeypatch.setattr(heads, "head_scores", lambda *a, **k: seen.append(a[5]) or real(*a, **k))
+    first = heads.load_or_rank_heads(judge, probe, workspace, 4, 64, 32, precision="bf16")
+    (path,) = (workspace.cache_dir / "heads").glob("*.json")
+    assert seen == ["fp32"] and json.loads(path.read_text())["settings"]["precision"] == "fp32"
+    # the same ranking (the same cache file) whatever the precision asked for
+    assert heads.load_or_rank_heads(judge, probe, workspace, 4, 64, 32, precision="auto") == first and seen == ["fp32"]
+
+
 def test_a_damaged_lucene_index_is_named_and_built_again(workspace, smoke_run, caplog):
     outcome, first = smoke_run("bm25")
     (index,) = [p for p in (workspace.cache_dir / "indexes" / "lucene").iterdir() if p.is_dir()]

@@ -115,10 +115,15 @@ def load_or_rank_heads(
     judge: LanguageModel, probe: list[TrainingInstance], workspace: Workspace, batch_size: int, max_doc_tokens: int,
     max_query_tokens: int, precision: str = "auto", layout: JudgeLayout = LAYOUTS["natural"],
 ) -> HeadRanking:  # fmt: skip
+    # On a CPU the ranking is computed in fp32 whatever the training precision: precision auto is bf16 autocast
+    # only on a CPU with native bf16, and a selection computed once per judge and probe set must not depend on
+    # the machine that happened to compute it (bf16 keeps ~3 digits; heads with close scores change order).
+    precision = "fp32" if judge.device.type == "cpu" else precision
     settings = {
         "max_doc_tokens": max_doc_tokens,
         "max_query_tokens": max_query_tokens,
         "layout": asdict(layout),
+        "precision": "fp32" if autocast_dtype(precision, judge.device) is None else "bf16",
     }
     path = ranking_path(workspace, judge.name, probe, settings)
     if path.is_file():
