@@ -110,9 +110,12 @@ def _per_seed(point: dict) -> str | None:
     runs = point.get("seeds") or []
     if len(runs) < 2:
         return None
-    def precision(run: dict) -> str:  # where recorded: what precision auto meant on the machine that ran it
-        native = (run.get("machine") or {}).get("cpu_bf16")
-        return "" if native is None or (run.get("machine") or {}).get("cuda_device") else (" bf16" if native else " fp32")
+
+    def precision(run: dict) -> str:  # where recorded: what precision auto meant on the CPU that ran it
+        machine = run.get("machine") or {}
+        if "cpu_bf16" not in machine or machine.get("cuda_device"):
+            return ""
+        return " bf16" if machine["cpu_bf16"] else " fp32"
 
     return " / ".join(f"{r['seed']}: " + ("failed" if r.get("heldout_mrr") is None else f"{r['heldout_mrr']:.3f}")
                       + precision(r) for r in runs)  # fmt: skip
@@ -186,8 +189,8 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
     if untuned:
         lines.append(f"- not tuned yet (run at the profile's values): {', '.join(untuned)}; search with "
                      f"`{_tune_command(profile, untuned)}`.")  # fmt: skip
-    every = [run.get("training_data_sha256") for record in records.values() for point in record["points"]
-             for run in point.get("seeds", [])]  # fmt: skip
+    runs = [run for record in records.values() for point in record["points"] for run in point.get("seeds", [])]
+    every = [run.get("training_data_sha256") for run in runs]
     shas, unknown = set(every) - {None}, every.count(None)
     if len(shas) == 1:
         others = f"; {unknown} earlier run(s) recorded no sha256" if unknown else ""
@@ -200,8 +203,7 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
     if machines:
         lines.append(f"- searched on (the last invocation to write each record): {'; '.join(machines)}; "
                      "`train min` depends on the machine.")  # fmt: skip
-    natives = {(r.get("machine") or {}).get("cpu_bf16") for record in records.values() for point in record["points"]
-               for r in point.get("seeds", []) if "cpu_bf16" in (r.get("machine") or {})}  # fmt: skip
+    natives = {run["machine"]["cpu_bf16"] for run in runs if "cpu_bf16" in (run.get("machine") or {})}
     if natives:
         mixed = " — this search mixes both, a difference like a seed's" if len(natives) > 1 else ""
         lines.append("- `MRR per seed` marks each run that recorded its machine with the precision it trained at "
