@@ -138,8 +138,10 @@ MINI_LR_AXIS = ("train.lr", (1e-4, 3e-4, 1e-3))
 MINI_CONFIG = RunConfig(
     profile="mini",
     # the retriever is the backbone's first 10 of its 30 layers (Drama's pruning in its simplest form): a third
-    # of the cost of every retriever pass, for every dense method alike
-    model=ModelConfig(backbone_layers=10),
+    # of the cost of every retriever pass, for every dense method alike. fp32, not auto: auto is bf16 autocast on
+    # a CPU with native bf16 and fp32 elsewhere, and the two train apart by a seed's worth (docs/reliability.md);
+    # fp32 costs ~10% a step where bf16 is native and is what auto already runs everywhere else
+    model=ModelConfig(backbone_layers=10, precision="fp32"),
     # one-document candidate sets (DREAM §4.1): K = 8 consecutive 16-word chunks of one Wikipedia lead. The
     # generator is not the judge (the paper generates with Qwen3-14B, judges with Llama-3.1-8B): otherwise the
     # judge's query-focused heads would read their own phrasing, which could favour DREAM
@@ -150,7 +152,7 @@ MINI_CONFIG = RunConfig(
     # 100 steps × 16 instances (one a micro-batch, 16 accumulated, as both papers take one instance a
     # micro-batch): 1,600 of DREAM's 48,000 samples. At 4 instances a step DREAM learned in 1 of 3 seeds and
     # InfoNCE's NDCG@10 spanned 0.28–0.82; at 16, both learned in 3 of 3 (docs/budgets.md, "Why this recipe")
-    train=TrainConfig(steps=100, batch_size=1, grad_accum=16, lr=3e-4, warmup_steps=10),
+    train=TrainConfig(steps=100, batch_size=1, grad_accum=16, lr=3e-4, warmup_steps=10, precision="fp32"),
     methods={"dream": {"tau_init": 0.1, "gate_init": 2.0}, "replug": {"tau": 1e-2}},
     eval=EvalConfig(datasets=("wiki-desc2lead", "nano-scifact", "nano-arguana", "nano-nfcorpus", "nano-financebench",
                               "nano-humaneval", "nano-mbpp")),
