@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .evaluation.metrics import Run, evaluate, top_k
+from .fingerprints import fingerprint
 from .workspace import atomic_path, git_info, machine_info, package_versions, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -255,3 +256,17 @@ def load_tuning(results_dir: Path, profile: str) -> dict[str, dict[str, Any]]:
     """The tuning records of ``profile`` (``run_all.py --tune``), by method."""
     folder = results_dir / profile / "tuning"
     return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+
+
+def tuning_basis(config: Any, method: str) -> str:
+    """The fingerprint of what a search's runs of ``method`` depend on (the data, model, training and method
+    settings of the configuration it searches from), stored in its tuning record as ``basis``."""
+    return fingerprint(config.data, config.model, config.train, config.methods.get(method, {}))
+
+
+def tuning_is_current(record: dict[str, Any], config: Any) -> bool:
+    """Whether a tuning record was searched from ``config`` as it is now: its ``basis`` matches (a record written
+    before the basis was stored: its whole configuration's fingerprint matches)."""
+    if "basis" in record:
+        return record["basis"] == tuning_basis(config, record["method"])
+    return record.get("base_fingerprint", fingerprint(config)) == fingerprint(config)  # neither: nothing to judge by

@@ -29,7 +29,7 @@ from .config import RunConfig, apply_overrides, check_ranges, fingerprint, to_js
 from .data.training import data_fingerprint, instances_sha256, load_training_data, training_data_folder
 from .experiment import Profile
 from .method import METHODS
-from .results import load_tuning
+from .results import load_tuning, tuning_basis, tuning_is_current
 from .runner import held_lock
 from .training.trainer import TrainingDiverged, checkpoint_state
 from .workspace import Workspace, git_info, machine_info, write_json_atomic
@@ -223,7 +223,10 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
     reuses it). Nothing is trained or loaded."""
     grid = profile.tuning[method]
     stored = load_tuning(workspace.results_dir, profile.name).get(method) or {}
-    done = {(p["axis"], repr(p["value"])): p for p in stored.get("points", [])}
+    # a record searched from another configuration (the profile's settings have changed since) stands for none of
+    # these points: its runs are reused only where their checkpoint names still match
+    points = stored.get("points", []) if stored and tuning_is_current(stored, config) else []
+    done = {(p["axis"], repr(p["value"])): p for p in points}
     recorded = recorded_runs(tuning_path(workspace.results_dir, profile.name, method))
     axes = f"{len(grid)} {'axis' if len(grid) == 1 else 'axes'}"
     seeds = tuning_seeds(profile, config)
@@ -275,6 +278,7 @@ def _write(path: Path, profile: Profile, config: RunConfig, method: str, grid: A
         "grid": [[key, list(values)] for key, values in grid],
         "seeds": list(seeds),
         "base_fingerprint": fingerprint(config),
+        "basis": tuning_basis(config, method),
         "points": points,
         "chosen": chosen if complete else None,
         "complete": complete,

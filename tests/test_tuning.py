@@ -259,3 +259,51 @@ def test_the_tuning_section_marks_each_run_with_the_precision_it_trained_at(tmp_
     assert per_seed == "0: 0.500 fp32 / 1: 0.500" and "marks each run" in lines and "mixes" not in lines
     per_seed, lines = write(None, None)
     assert per_seed == "0: 0.500 / 1: 0.500" and "marks each run" not in lines
+
+
+def test_a_search_from_an_earlier_configuration_chooses_nothing_for_the_current_one(tmp_path, workspace):
+    """A tuning record keeps the fingerprint of what its runs depend on (``basis``): once the profile's data,
+    model, training or method settings change, the report shows its points as recorded, marks none chosen and
+    says to search again, and ``--tune --dry-run`` no longer calls its points done."""
+    from dreambench import tuning
+    from dreambench.config import apply_overrides
+    from dreambench.report import tuning_section
+    from dreambench.results import tuning_basis, tuning_is_current
+
+    config = PROFILES.get("mini").config
+    folder = tmp_path / "mini" / "tuning"
+    folder.mkdir(parents=True)
+    point = {"axis": "train.lr", "value": 1e-3, "overrides": {"train.lr": 1e-3}, "heldout_mrr": 0.7,
+             "seeds": [{"seed": 0, "heldout_mrr": 0.7}]}  # fmt: skip
+
+    def section(basis):
+        record = {"method": "infonce", "complete": True, "chosen": {"train.lr": 1e-3}, "points": [point], **basis}
+        (folder / "infonce.json").write_text(json.dumps(record))
+        table, lines = tuning_section(tmp_path, "mini")
+        return record, table["chosen"].iloc[0], "\n".join(lines)
+
+    record, chosen, lines = section({"basis": tuning_basis(config, "infonce")})
+    assert tuning_is_current(record, config) and chosen == "✔" and "earlier configuration" not in lines
+    earlier = apply_overrides(config, {"train.precision": "bf16"})
+    for basis in ({"basis": tuning_basis(earlier, "infonce")}, {"base_fingerprint": tuning.fingerprint(earlier)}):
+        record, chosen, lines = section(basis)
+        assert not tuning_is_current(record, config) and chosen == ""
+        assert "**searched from an earlier configuration of profile mini**" in lines and "--tune --methods infonce`" in lines
+        assert "infonce: chose" not in lines
+    # an evaluation setting is not part of what the search's runs depend on
+    evaluation = apply_overrides(config, {"eval.max_query_tokens": 128})
+    assert tuning_basis(evaluation, "infonce") == tuning_basis(config, "infonce")
+    assert tuning_basis(config, "dream") != tuning_basis(apply_overrides(config, {"methods.dream.tau_init": 0.2}), "dream")
+
+    # --tune --dry-run: a current record's points are done, an earlier configuration's are not
+    smoke = PROFILES.get("smoke")
+    results = workspace.results_dir / "smoke" / "tuning"
+    results.mkdir(parents=True, exist_ok=True)
+    values = smoke.tuning["infonce"][0][1]
+    points = [{"axis": "train.lr", "value": v, "overrides": {"train.lr": v}, "heldout_mrr": 0.5, "seeds": []}
+              for v in values]  # fmt: skip
+    for basis, done in ((tuning_basis(smoke.config, "infonce"), len(values)),
+                        (tuning_basis(apply_overrides(smoke.config, {"train.steps": 5}), "infonce"), 0)):
+        (results / "infonce.json").write_text(json.dumps({"method": "infonce", "points": points, "basis": basis}))
+        lines = "\n".join(tuning.describe(smoke, smoke.config, "infonce", workspace))
+        assert lines.count(" done: held-out MRR ") == done

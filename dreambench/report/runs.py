@@ -13,7 +13,7 @@ import pandas as pd
 from ..experiment import Profile
 from ..method import METHODS
 from ..profiles import PROFILES
-from ..results import SEED_MARK, ResultKey, iter_results, load_stage_records, load_tuning
+from ..results import SEED_MARK, ResultKey, iter_results, load_stage_records, load_tuning, tuning_is_current
 from ..tasks import TASKS
 from .frame import dataset_order, row_label
 from .tables import markdown_table, recorded_minutes
@@ -156,8 +156,9 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
 
     for method, record in records.items():
         chosen = record.get("chosen") or {}
+        current = profile not in PROFILES or tuning_is_current(record, PROFILES.get(profile).config)
         for n, point in enumerate(record["points"]):
-            final_axis = record["complete"] and point["overrides"] == chosen
+            final_axis = current and record["complete"] and point["overrides"] == chosen
             rows.append({
                 "method": method, "#": n + 1, "axis": point["axis"].split(".")[-1], "value": point["value"],
                 "held-out MRR": point.get("heldout_mrr"), "held-out top-1": point.get("heldout_top1"),
@@ -168,7 +169,12 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
                 "chosen": "✔" if final_axis else ("failed" if point.get("failed") else ""),
             })  # fmt: skip
         searched = profile not in PROFILES or method in PROFILES.get(profile).tuning
-        if not searched:
+        if not current:
+            lines.append(f"- {method}: **searched from an earlier configuration of profile {profile}** (its data, "
+                         f"model, training or {method} settings have changed since): its {len(record['points'])} "
+                         "point(s) are shown as recorded and choose nothing for the current profile; search again "
+                         f"with `{_tune_command(profile, [method])}`.")  # fmt: skip
+        elif not searched:
             lines.append(f"- {method}: a stored search, but profile {profile} does not search {method} "
                          f"({len(record['points'])} point(s) shown; its main table does not run it).")  # fmt: skip
         elif not record["complete"]:
