@@ -112,6 +112,8 @@ def _per_seed(point: dict) -> str | None:
         return None
 
     def precision(run: dict) -> str:  # where recorded: what precision auto meant on the CPU that ran it
+        if run.get("carried_over"):  # trained in fp32 under an earlier configuration's name
+            return " fp32 carried"
         machine = run.get("machine") or {}
         if "cpu_bf16" not in machine or machine.get("cuda_device"):
             return ""
@@ -214,6 +216,10 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
         mixed = " — this search mixes both, a difference like a seed's" if len(natives) > 1 else ""
         lines.append("- `MRR per seed` marks each run that recorded its machine with the precision it trained at "
                      f"(precision auto: bf16 autocast on a CPU with native bf16, fp32 elsewhere){mixed}.")  # fmt: skip
+    if any(run.get("carried_over") for run in runs):
+        lines.append("- `carried`: a run trained under an earlier configuration whose computation was the same (its "
+                     "record's `carried_over` names it and says why), kept under the current configuration's name "
+                     "instead of being trained again.")  # fmt: skip
     table = pd.DataFrame(rows).dropna(axis=1, how="all") if rows else pd.DataFrame()
     return table, lines
 
