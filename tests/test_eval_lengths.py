@@ -76,7 +76,7 @@ def test_mini_evaluates_at_2048_tokens_and_no_committed_dense_result_cut_more_th
         assert (ev.max_query_tokens, ev.max_passage_tokens) == (2048, 2048), name
     records = [json.loads(p.read_text()) for p in (PROJECT_ROOT / "reports" / "results" / "mini").glob("*/*/*.json")]
     dense = [r for r in records if "truncated" in r]
-    assert {r["method"] for r in dense} >= {"untrained", "promptreps"}
+    assert "untrained" in {r["method"] for r in dense}  # the loop below is not vacuous
     for r in dense:
         cut = r["truncated"]
         assert cut["query_tokens"] == cut["passage_tokens"] == 2048, (r["method"], r["dataset"])

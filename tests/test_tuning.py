@@ -259,6 +259,14 @@ def test_the_tuning_section_marks_each_run_with_the_precision_it_trained_at(tmp_
     assert per_seed == "0: 0.500 fp32 / 1: 0.500" and "marks each run" in lines and "mixes" not in lines
     per_seed, lines = write(None, None)
     assert per_seed == "0: 0.500 / 1: 0.500" and "marks each run" not in lines and "`carried`" not in lines
+    # a search that trained in fp32 is fp32 whatever the CPU: no bf16 label, no mix
+    point = {"axis": "train.lr", "value": 3e-4, "overrides": {"train.lr": 3e-4},
+             "seeds": [{"seed": 0, "heldout_mrr": 0.5, "machine": {"cpu_bf16": True}},
+                       {"seed": 1, "heldout_mrr": 0.5, "machine": {"cpu_bf16": False}}]}  # fmt: skip
+    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": False, "points": [point],
+                                                     "config": {"train": {"precision": "fp32"}}}))
+    table, lines = tuning_section(tmp_path, "mini")
+    assert table["MRR per seed"].iloc[0] == "0: 0.500 fp32 / 1: 0.500 fp32" and "mixes" not in "\n".join(lines)
     # a run carried over from an earlier configuration that computed the same in fp32 says so
     seeds = [{"seed": 0, "heldout_mrr": 0.5, "carried_over": {"from": "infonce-0", "why": "fp32"}},
              {"seed": 1, "heldout_mrr": 0.5, "machine": {"cpu_bf16": False}}]  # fmt: skip

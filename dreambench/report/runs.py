@@ -105,7 +105,12 @@ def _tune_command(profile: str, methods: list[str]) -> str:
     return f"python run_all.py{option} --tune --methods {','.join(methods)}"
 
 
-def _per_seed(point: dict) -> str | None:
+def _precision(record: dict) -> str:
+    """The training precision a tuning record's search ran at (auto where it does not say)."""
+    return ((record.get("config") or {}).get("train") or {}).get("precision", "auto")
+
+
+def _per_seed(point: dict, configured: str = "auto") -> str | None:
     """Each tuning seed's held-out MRR, where a point ran at more than one (the table's MRR is their mean)."""
     runs = point.get("seeds") or []
     if len(runs) < 2:
@@ -114,6 +119,8 @@ def _per_seed(point: dict) -> str | None:
     def precision(run: dict) -> str:  # where recorded: what precision auto meant on the CPU that ran it
         if run.get("carried_over"):  # trained in fp32 under an earlier configuration's name
             return " fp32 carried"
+        if configured != "auto":  # the search's own precision, whatever the CPU
+            return f" {configured}"
         machine = run.get("machine") or {}
         if "cpu_bf16" not in machine or machine.get("cuda_device"):
             return ""
@@ -164,7 +171,7 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
             rows.append({
                 "method": method, "#": n + 1, "axis": point["axis"].split(".")[-1], "value": point["value"],
                 "held-out MRR": point.get("heldout_mrr"), "held-out top-1": point.get("heldout_top1"),
-                "MRR per seed": _per_seed(point),
+                "MRR per seed": _per_seed(point, _precision(record)),
                 "first loss": point.get("first_loss"), "final loss": point.get("final_loss"),
                 "chance loss": point.get("chance_loss"), "τ end": point.get("tau"), "g end": point.get("gate"),
                 "train min": (point.get("train_seconds") or 0) / 60 or None,
@@ -211,7 +218,9 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
     if machines:
         lines.append(f"- searched on (the last invocation to write each record): {'; '.join(machines)}; "
                      "`train min` depends on the machine.")  # fmt: skip
-    natives = {run["machine"]["cpu_bf16"] for run in runs if "cpu_bf16" in (run.get("machine") or {})}
+    natives = {run["machine"]["cpu_bf16"] for record in records.values() if _precision(record) == "auto"
+               for point in record["points"] for run in point.get("seeds", [])
+               if "cpu_bf16" in (run.get("machine") or {})}  # fmt: skip
     if natives:
         mixed = " — this search mixes both, a difference like a seed's" if len(natives) > 1 else ""
         lines.append("- `MRR per seed` marks each run that recorded its machine with the precision it trained at "
