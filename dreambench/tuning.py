@@ -278,7 +278,7 @@ def _write(path: Path, profile: Profile, config: RunConfig, method: str, grid: A
         "grid": [[key, list(values)] for key, values in grid],
         "seeds": list(seeds),
         "base_fingerprint": fingerprint(config),
-        "basis": tuning_basis(config, method),
+        "basis": tuning_basis(config, method, [key for key, _ in grid]),
         "points": points,
         "chosen": chosen if complete else None,
         "complete": complete,

@@ -440,6 +440,8 @@ def test_what_precision_auto_meant_is_recorded_and_named_when_a_rerun_differs(mo
     older = {k: v for k, v in was.items() if k != "cpu_bf16"}  # records from before cpu_bf16 was recorded
     assert "recorded on a AVX512 CPU, recomputed on AVX2" in machine_difference(older, now, "dense")
     assert machine_difference(was, now, "bm25") == "" and machine_difference(now, now, "dense") == ""
+    # a record computed at an explicit precision (mini's fp32) computed the same on either CPU
+    assert machine_difference(was, now, "dense", "fp32") == ""
 
 
 def test_dream_is_compared_with_a_baseline_on_the_seeds_both_ran(tmp_path):

@@ -31,6 +31,9 @@ def test_tuning_trains_every_grid_point_and_keeps_the_held_out_best(workspace, c
     trained = len(list((workspace.cache_dir / "checkpoints" / "smoke").glob("infonce-*/final.pt")))
     assert len(stage) == 1 and stage[0]["finished"] and stage[0]["outcomes"] == {"computed": trained} and trained > 1
     assert record["complete"] and [p["axis"] for p in record["points"]] == [k for k, vs in grid for _ in vs]
+    from dreambench.results import tuning_basis
+
+    assert record["basis"] == tuning_basis(PROFILES.get("smoke").config, "infonce", [k for k, _ in grid])
     # each run says where it ran: precision auto is bf16 autocast only on a CPU with native bf16
     assert all({"cpu_capability", "cpu_bf16"} <= set(r["machine"]) for p in record["points"] for r in p["seeds"])
     chosen = {}
@@ -149,7 +152,8 @@ def test_each_point_trains_at_every_tuning_seed_and_the_mean_decides(workspace, 
     assert first["heldout_mrr"] == pytest.approx(0.60) and second["heldout_mrr"] == pytest.approx(0.45)
     assert [r["seed"] for r in second["seeds"]] == [0, 1] and second["train_seconds"] == 60.0
     table, _ = tuning_section(workspace.results_dir, "smoke")
-    assert table["MRR per seed"].tolist() == ["0: 0.600 / 1: 0.600", "0: 0.700 / 1: 0.200"]
+    # smoke trains in fp32 (an explicit precision): each run is labelled with it, whatever the CPU
+    assert table["MRR per seed"].tolist() == ["0: 0.600 fp32 / 1: 0.600 fp32", "0: 0.700 fp32 / 1: 0.200 fp32"]
     assert tuning.tuning_seeds(PROFILES.get("smoke"), profile.config) == (profile.config.train.seed,)
 
 
@@ -306,6 +310,11 @@ def test_a_search_from_an_earlier_configuration_chooses_nothing_for_the_current_
         assert not tuning_is_current(record, config) and chosen == ""
         assert "**searched from an earlier configuration of profile mini**" in lines and "--tune --methods infonce`" in lines
         assert "infonce: chose" not in lines
+    # neither is the base value of a searched axis (every point sets it) nor the seed (every run sets it)
+    moved = apply_overrides(config, {"train.lr": 5e-4, "train.seed": 7, "methods.dream.tau_init": 0.3})
+    assert tuning_basis(moved, "dream", ["train.lr", "methods.dream.tau_init"]) == tuning_basis(
+        config, "dream", ["train.lr", "methods.dream.tau_init"])
+    assert tuning_basis(moved, "dream", ["train.lr"]) != tuning_basis(config, "dream", ["train.lr"])
     # an evaluation setting is not part of what the search's runs depend on
     evaluation = apply_overrides(config, {"eval.max_query_tokens": 128})
     assert tuning_basis(evaluation, "infonce") == tuning_basis(config, "infonce")

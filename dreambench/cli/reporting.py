@@ -157,16 +157,22 @@ def _rerun(profile: Profile, workspace: Workspace, methods: list[str]) -> list[s
             ):
                 problems.append(f"{kept / record['method'] / record['experiment'] / (record['dataset'] + '.json')}: "
                                 f"scores {record['scores']} recomputed as {fresh.get('scores')}"
-                                + machine_difference(record.get("machine") or {}, machine_info(), record.get("kind")))
+                                + machine_difference(record.get("machine") or {}, machine_info(), record.get("kind"),
+                                                     _model_precision(record)))
             else:
                 print(f"rerun {record['method']}/{record['experiment']} on {record['dataset']}: equal")
     return problems
 
 
-def machine_difference(was: dict, now: dict, kind: str | None) -> str:
+def _model_precision(record: dict) -> str:
+    return ((record.get("config") or {}).get("model") or {}).get("precision", "auto")
+
+
+def machine_difference(was: dict, now: dict, kind: str | None, precision: str = "auto") -> str:
     """Why a dense record may not recompute bit for bit here: precision ``auto`` is bf16 autocast on a CPU with
-    native bf16 and fp32 on one without, and torch picks its CPU kernels by instruction set."""
-    if kind != "dense":
+    native bf16 and fp32 on one without, and torch picks its CPU kernels by instruction set (a record at an
+    explicit precision computed the same on both: no reason is given)."""
+    if kind != "dense" or precision != "auto":
         return ""
     bf16 = {True: "bf16 autocast", False: "fp32"}
     if "cpu_bf16" in was and was["cpu_bf16"] != now.get("cpu_bf16"):
