@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from .evaluation.metrics import Run, evaluate, top_k
-from .fingerprints import fingerprint, fingerprint_view
 from .workspace import atomic_path, git_info, machine_info, package_versions, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -256,23 +255,3 @@ def load_tuning(results_dir: Path, profile: str) -> dict[str, dict[str, Any]]:
     """The tuning records of ``profile`` (``run_all.py --tune``), by method."""
     folder = results_dir / profile / "tuning"
     return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
-
-
-def tuning_basis(config: Any, method: str, searched: Any = ()) -> str:
-    """The fingerprint of what a search's runs of ``method`` depend on (the data, model, training and method
-    settings of the configuration it searches from), stored in its tuning record as ``basis``; the ``searched``
-    keys and ``train.seed``, which every run sets for itself, are left out."""
-    parts = {"data": fingerprint_view(config.data), "model": fingerprint_view(config.model),
-             "train": fingerprint_view(config.train), "methods": dict(config.methods.get(method, {}))}  # fmt: skip
-    for key in (*searched, "train.seed"):
-        section, _, name = key.partition(".")
-        parts.get(section, {}).pop(name.removeprefix(f"{method}.") if section == "methods" else name, None)
-    return fingerprint(parts)
-
-
-def tuning_is_current(record: dict[str, Any], config: Any) -> bool:
-    """Whether a tuning record was searched from ``config`` as it is now: its ``basis`` matches (a record written
-    before the basis was stored: its whole configuration's fingerprint matches)."""
-    if "basis" in record:
-        return record["basis"] == tuning_basis(config, record["method"], [k for k, _ in record.get("grid") or []])
-    return record.get("base_fingerprint", fingerprint(config)) == fingerprint(config)  # neither: nothing to judge by

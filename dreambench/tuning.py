@@ -29,8 +29,9 @@ from .config import RunConfig, apply_overrides, check_ranges, fingerprint, to_js
 from .data.training import data_fingerprint, instances_sha256, load_training_data, training_data_folder
 from .experiment import Profile
 from .method import METHODS
-from .results import load_tuning, tuning_basis, tuning_is_current
+from .results import load_tuning
 from .runner import held_lock
+from .search_basis import tuning_basis, tuning_is_current
 from .training.trainer import TrainingDiverged, checkpoint_state
 from .workspace import Workspace, git_info, machine_info, write_json_atomic
 

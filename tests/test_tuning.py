@@ -31,7 +31,7 @@ def test_tuning_trains_every_grid_point_and_keeps_the_held_out_best(workspace, c
     trained = len(list((workspace.cache_dir / "checkpoints" / "smoke").glob("infonce-*/final.pt")))
     assert len(stage) == 1 and stage[0]["finished"] and stage[0]["outcomes"] == {"computed": trained} and trained > 1
     assert record["complete"] and [p["axis"] for p in record["points"]] == [k for k, vs in grid for _ in vs]
-    from dreambench.results import tuning_basis
+    from dreambench.search_basis import tuning_basis
 
     assert record["basis"] == tuning_basis(PROFILES.get("smoke").config, "infonce", [k for k, _ in grid])
     # each run says where it ran: precision auto is bf16 autocast only on a CPU with native bf16
@@ -281,14 +281,14 @@ def test_the_tuning_section_marks_each_run_with_the_precision_it_trained_at(tmp_
     assert "- `carried`: a run trained under an earlier configuration" in "\n".join(lines)
 
 
-def test_a_search_from_an_earlier_configuration_chooses_nothing_for_the_current_one(tmp_path, workspace):
+def test_a_search_from_an_earlier_configuration_chooses_nothing_for_the_current_one(tmp_path, workspace, monkeypatch):
     """A tuning record keeps the fingerprint of what its runs depend on (``basis``): once the profile's data,
     model, training or method settings change, the report shows its points as recorded, marks none chosen and
     says to search again, and ``--tune --dry-run`` no longer calls its points done."""
     from dreambench import tuning
     from dreambench.config import apply_overrides
     from dreambench.report import tuning_section
-    from dreambench.results import tuning_basis, tuning_is_current
+    from dreambench.search_basis import tuning_basis, tuning_is_current
 
     config = PROFILES.get("mini").config
     folder = tmp_path / "mini" / "tuning"
@@ -319,6 +319,15 @@ def test_a_search_from_an_earlier_configuration_chooses_nothing_for_the_current_
     evaluation = apply_overrides(config, {"eval.max_query_tokens": 128})
     assert tuning_basis(evaluation, "infonce") == tuning_basis(config, "infonce")
     assert tuning_basis(config, "dream") != tuning_basis(apply_overrides(config, {"methods.dream.tau_init": 0.2}), "dream")
+    # the method's typed parameters count, not its overrides as written: restating a default changes nothing
+    default = METHODS.get("dream").Params().num_heads
+    same = apply_overrides(config, {"methods.dream.num_heads": default})
+    assert tuning_basis(same, "dream") == tuning_basis(config, "dream")
+    # and so does the data's build (its construction version changes the instances without changing an option)
+    before = tuning_basis(config, "infonce")
+    monkeypatch.setattr("dreambench.data.training.BUILD_VERSION", -1)
+    assert tuning_basis(config, "infonce") != before
+    monkeypatch.undo()
 
     # --tune --dry-run: a current record's points are done, an earlier configuration's are not
     smoke = PROFILES.get("smoke")

@@ -13,7 +13,8 @@ import pandas as pd
 from ..experiment import Profile
 from ..method import METHODS
 from ..profiles import PROFILES
-from ..results import SEED_MARK, ResultKey, iter_results, load_stage_records, load_tuning, tuning_is_current
+from ..results import SEED_MARK, ResultKey, iter_results, load_stage_records, load_tuning
+from ..search_basis import tuning_is_current
 from ..tasks import TASKS
 from .frame import dataset_order, row_label
 from .tables import markdown_table, recorded_minutes
