@@ -310,6 +310,8 @@ def test_a_search_from_an_earlier_configuration_chooses_nothing_for_the_current_
         assert not tuning_is_current(record, config) and chosen == ""
         assert "**searched from an earlier configuration of profile mini**" in lines and "--tune --methods infonce`" in lines
         assert "infonce: chose" not in lines
+        runs_at = profile_values(PROFILES.get("mini"), "infonce", ["train.lr"])
+        assert runs_at["train.lr"] > 0 and f"the main table runs at the profile's values {runs_at}" in lines
     # neither is the base value of a searched axis (every point sets it) nor the seed (every run sets it)
     moved = apply_overrides(config, {"train.lr": 5e-4, "train.seed": 7, "methods.dream.tau_init": 0.3})
     assert tuning_basis(moved, "dream", ["train.lr", "methods.dream.tau_init"]) == tuning_basis(

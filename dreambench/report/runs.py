@@ -179,18 +179,19 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
                 "chosen": "✔" if final_axis else ("failed" if point.get("failed") else ""),
             })  # fmt: skip
         searched = profile not in PROFILES or method in PROFILES.get(profile).tuning
+        axes = list(dict.fromkeys([k for k, _ in record.get("grid") or []] or [p["axis"] for p in record["points"]]))
         if not current:
             lines.append(f"- {method}: **searched from an earlier configuration of profile {profile}** (its data, "
                          f"model, training or {method} settings have changed since): its {len(record['points'])} "
-                         "point(s) are shown as recorded and choose nothing for the current profile; search again "
+                         "point(s) are shown as recorded and choose nothing for the current profile; the main "
+                         f"table runs at the profile's values {used(method, axes)}; search again "
                          f"with `{_tune_command(profile, [method])}`.")  # fmt: skip
         elif not searched:
             lines.append(f"- {method}: a stored search, but profile {profile} does not search {method} "
                          f"({len(record['points'])} point(s) shown; its main table does not run it).")  # fmt: skip
         elif not record["complete"]:
             n_points = len(record["points"])
-            values = used(method, list(dict.fromkeys([k for k, _ in record.get("grid") or []]
-                                                     or [p["axis"] for p in record["points"]])))
+            values = used(method, axes)
             lines.append(f"- {method}: search incomplete ({n_points} point{'s' if n_points != 1 else ''} so far; "
                          f"the main table runs at the profile's values {values}; resume with "
                          f"`{_tune_command(profile, [method])}`; a run this record or its runs file holds is not "
