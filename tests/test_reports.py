@@ -26,6 +26,26 @@ def test_committed_mini_report_is_what_this_code_produces(workspace, capsys):
     assert _check("mini", workspace, SHARED_DATASETS) == 0, capsys.readouterr().err
 
 
+def test_rendering_where_the_full_collections_are_absent_keeps_their_records(workspace, caplog):
+    """A run on a clone without ``--data-dir`` cannot recompute the full-corpus rows' fingerprints: it renders
+    them as committed (and says so), never deletes them or drops their columns."""
+    shutil.copytree(PROJECT_ROOT / "reports" / "mini", workspace.reports_dir / "mini")
+    shutil.copytree(PROJECT_ROOT / "reports" / "results" / "mini", workspace.reports_dir / "results" / "mini")
+    full = sorted((workspace.reports_dir / "results" / "mini" / "bm25" / "default").glob("scifact*"))
+    assert [p.name for p in full] == ["scifact.json", "scifact.run.trec.gz"]
+    assert run_all.main(["--render-only", "--profile", "mini", *_folders(workspace)]) == 0
+    assert all(p.is_file() for p in full)
+    table = pd.read_csv(workspace.reports_dir / "mini" / "main_table.csv", index_col=0)
+    assert table.loc["bm25", "scifact"] == pytest.approx(pd.read_csv(
+        PROJECT_ROOT / "reports" / "mini" / "main_table.csv", index_col=0).loc["bm25", "scifact"])  # fmt: skip
+    assert "rendered as committed, unverified" in caplog.text and "bm25/default on scifact" in caplog.text
+
+
+def _folders(workspace):
+    return ["--data-dir", str(workspace.data_dir), "--reports-dir", str(workspace.reports_dir),
+            "--results-dir", str(workspace.results_dir), "--cache-dir", str(workspace.cache_dir)]  # fmt: skip
+
+
 def test_check_fails_for_a_report_from_other_settings(workspace, capsys, tmp_path):
     import shutil
 

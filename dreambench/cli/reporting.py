@@ -29,7 +29,7 @@ log = logging.getLogger("run_all")
 
 # committed record → whether this code gives it the same fingerprint (the code does not change within a process,
 # so a long run that re-renders after every job asks once per record)
-_VERDICTS: dict[tuple, bool] = {}
+_VERDICTS: dict[tuple, bool | None] = {}
 # how far a recomputed score of a cheap row may be from its record (BM25 and the untrained retriever repeat across
 # machines to within 5e-7: docs/reliability.md)
 RERUN_TOLERANCE = 1e-6
@@ -46,15 +46,18 @@ def default_plan(name: str) -> list[tuple[str, str, str, str]]:
             for job in jobs for dataset in job.datasets]  # fmt: skip
 
 
-def _current(profile: Profile, payload: dict, workspace: Workspace) -> bool:
+def _current(profile: Profile, payload: dict, workspace: Workspace) -> bool | None:
+    """Whether this code gives the record its fingerprint; None where this machine cannot tell (its dataset or
+    method is not here: a full collection outside ``--data-dir``, an adapter not installed)."""
     key = (profile.name, payload["method"], payload["experiment"], payload["dataset"], payload.get("fingerprint"),
            workspace.data_dir, workspace.cache_dir)  # fmt: skip
     if key not in _VERDICTS:
         try:
             now = expected_fingerprint(profile, *key[1:4], workspace)
-        except Exception:  # a dataset or method this machine cannot resolve: not vouched for
-            now = None
-        _VERDICTS[key] = now == payload.get("fingerprint")
+        except Exception:  # a dataset or method this machine cannot resolve: neither vouched for nor refuted
+            _VERDICTS[key] = None
+        else:
+            _VERDICTS[key] = now == payload.get("fingerprint")
     return _VERDICTS[key]
 
 
@@ -72,15 +75,23 @@ def _merge_committed(profile: Profile, workspace: Workspace, target: Path) -> tu
     files = [p.relative_to(kept) for pattern in RECORD_PATTERNS for p in sorted(kept.rglob(pattern))]
     files = [r for r in files if not being_written(r)]
     missing = [r for r in files if not (ours / r).exists()]
-    used, stale = [], 0
+    used, stale, unresolved = [], 0, []
     for relative in (r for r in missing if _is_result(r)):
         payload = json.loads((kept / relative).read_text())
         if "scores" not in payload:
             continue  # a failed run's note, not a result
-        if summary_problems(payload) or not _current(profile, payload, workspace):
+        verdict = None if summary_problems(payload) else _current(profile, payload, workspace)
+        if verdict is None and not summary_problems(payload):  # kept as committed: rendering here never drops it
+            unresolved.append(f"{payload['method']}/{payload['experiment']} on {payload['dataset']}")
+            used.append(relative)
+        elif not verdict:
             stale += 1
         else:
             used.append(relative)
+    if unresolved:
+        log.warning("report %s: %d kept record(s) rendered as committed, unverified: this machine cannot recompute "
+                    "their fingerprints (%s; a full collection needs --data-dir; `--check` verifies them where it "
+                    "can)", profile.name, len(unresolved), ", ".join(unresolved))  # fmt: skip
     shown = {r.with_suffix("") for r in used}  # <method>/<experiment>/<dataset>
     current = training_data_folder(profile.config.data, workspace).name  # the profile's data: its copy is kept
     for relative in missing:
