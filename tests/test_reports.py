@@ -593,3 +593,17 @@ def test_the_records_add_up_training_once_per_model_and_every_evaluation():
     frame = pd.DataFrame(rows)
     assert recorded_minutes(frame, main_only=True) == pytest.approx((600 + 60 + 60 + 30) / 60)
     assert recorded_minutes(frame) == pytest.approx((600 + 60 + 60 + 30 + 1200 + 60) / 60)
+
+
+def test_the_readmes_main_table_is_the_committed_reports():
+    """Every number of the README's main table is the committed mini report's (``main_table.csv``)."""
+    lines = (PROJECT_ROOT / "README.md").read_text().split("## The main table", 1)[1].splitlines()
+    table = [line for line in lines[: next(i for i, line in enumerate(lines) if line.startswith("The report"))]
+             if line.startswith("|")]  # fmt: skip
+    header = [cell.strip() for cell in table[0].strip("|").split("|")]
+    committed = pd.read_csv(PROJECT_ROOT / "reports" / "mini" / "main_table.csv", index_col=0)
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
+    assert len(rows) >= 2 and header[0] == "row"
+    for row in rows:
+        for column, value in zip(header[1:], row[1:], strict=True):
+            assert float(value) == pytest.approx(committed.loc[row[0], column], abs=5e-5), (row[0], column)
