@@ -5,8 +5,10 @@ Every method takes the same four training instances, the same precision and the 
 and backward of each micro-batch, clipping, AdamW). Besides the time, ``extra_info`` holds the tokens the step
 processed (retriever and judge/LM), its tokens/s and the process's peak resident memory during the step
 (Linux ``VmHWM``, reset before each benchmark). ``test_encode`` is the retriever's forward-only encoding
-rate on the same passages, the yardstick for its training throughput. Needs the mini training data
-(``python run_all.py --build-data``) and the SmolLM2 package; skipped otherwise.
+rate on the same passages, the yardstick for its training throughput. ``test_precision_bf16_vs_fp32_paired``
+is what fp32 costs a step against bf16 autocast (``-k bf16_vs_fp32``; not part of ``python -m
+dreambench.cli.perf --run``). Needs the mini training data (``python run_all.py --build-data``) and the
+SmolLM2 package; skipped otherwise.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dreambench.workspace import peak_rss_mb, reset_peak_rss
+from dreambench.workspace import cpu_supports_bf16, peak_rss_mb, reset_peak_rss
 
 STEP_INSTANCES = 4
 STEPS_TAKEN = 4  # the warm-up step and at most three timed ones: each takes the next four instances
@@ -246,3 +248,43 @@ def summarise(path: str | Path) -> dict[str, dict[str, float]]:
     """Median seconds and extra info per benchmark of a ``--benchmark-json`` file."""
     payload = json.loads(Path(path).read_text())
     return {b["name"]: {"median_s": b["stats"]["median"], **b.get("extra_info", {})} for b in payload["benchmarks"]}
+
+
+@pytest.mark.parametrize("name", ["infonce", "dream"])
+def test_precision_bf16_vs_fp32_paired(benchmark, mini, name):
+    """What fp32 costs a training step against bf16 autocast (``train.precision`` and ``model.precision`` both
+    set), on this CPU: the two steps alternated, each pair on the same four instances, the order within a pair
+    alternating, as in the DREAM / InfoNCE pairing. DREAM's prefix store holds the pairs' instances (as DREAM
+    trains after its first run). ``extra_info``: each precision's median step and the median fp32 / bf16 ratio
+    of the pairs. On a CPU without native bf16, bf16 autocast is emulated and the ratio says little."""
+    from dreambench.config import apply_overrides
+
+    steps = {}
+    for precision in ("bf16", "fp32"):
+        at = (apply_overrides(mini[0], {"train.precision": precision, "model.precision": precision}), *mini[1:])
+        method = _filled_store_dream(at, (PAIRED_ROUNDS + 1) * STEP_INSTANCES) if name == "dream" else _method(name, at)
+        steps[precision] = _stepper(method, at)
+    times: dict[str, list[float]] = {"bf16": [], "fp32": []}
+    done = []
+
+    def pair():
+        first = len(done) * STEP_INSTANCES
+        order = list(steps.items())
+        for precision, step in order if len(done) % 2 == 0 else order[::-1]:
+            start = time.perf_counter()
+            step(first)
+            times[precision].append(time.perf_counter() - start)
+        done.append(first)
+
+    pair()  # warm-up
+    benchmark.pedantic(pair, rounds=PAIRED_ROUNDS, warmup_rounds=0)
+    bf16_s, fp32_s = times["bf16"][1:], times["fp32"][1:]
+    assert len(bf16_s) == len(fp32_s) == PAIRED_ROUNDS
+    benchmark.extra_info.update(
+        {
+            "bf16_median_s": statistics.median(bf16_s),
+            "fp32_median_s": statistics.median(fp32_s),
+            "ratio": statistics.median(f / b for f, b in zip(fp32_s, bf16_s, strict=True)),
+            "cpu_bf16": cpu_supports_bf16(),
+        }
+    )

@@ -141,7 +141,7 @@ MINI_CONFIG = RunConfig(
     # the retriever is the backbone's first 10 of its 30 layers (Drama's pruning in its simplest form): a third
     # of the cost of every retriever pass, for every dense method alike. fp32, not auto: auto is bf16 autocast on
     # a CPU with native bf16 and fp32 elsewhere, and the two train apart by a seed's worth (docs/reliability.md);
-    # fp32 costs ~10% a step where bf16 is native and is what auto already runs everywhere else
+    # fp32 costs 5–20% a step where bf16 is native (benchmarks/bench_steps.py) and is what auto runs elsewhere
     model=ModelConfig(backbone_layers=10, precision="fp32"),
     # one-document candidate sets (DREAM §4.1): K = 8 consecutive 16-word chunks of one Wikipedia lead. The
     # generator is not the judge (the paper generates with Qwen3-14B, judges with Llama-3.1-8B): otherwise the
