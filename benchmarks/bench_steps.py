@@ -167,20 +167,16 @@ def test_step_dream(benchmark, mini, variant):
 PAIRED_ROUNDS = 11  # with 5, three runs of the same DREAM step code gave median pair ratios 1.20–1.36
 
 
-def test_step_dream_vs_infonce_paired(benchmark, mini):
-    """DREAM (prefix stored) and InfoNCE steps alternated, each pair on the same four instances: the DREAM /
-    InfoNCE ratio from paired steps, so that the machine's speed drifting between two separate benchmarks (on a
-    shared 2-core VM, tens of percent within minutes) does not enter it; the order within a pair alternates
-    (DREAM first, then InfoNCE first), so that going first or second favours neither. ``extra_info``: each
-    method's median step, the median of the per-pair ratios and the ratios themselves."""
-    dream = _stepper(_filled_store_dream(mini, (PAIRED_ROUNDS + 1) * STEP_INSTANCES), mini)
-    infonce = _stepper(_method("infonce", mini), mini)
-    times: dict[str, list[float]] = {"dream": [], "infonce": []}
+def _alternated(benchmark, steps: dict) -> dict[str, list[float]]:
+    """Time two steppers in pairs on the same instances (each pair takes the next ones), the order within a pair
+    alternating so that going first or second favours neither: a warm-up pair, then ``PAIRED_ROUNDS`` timed
+    ones → each stepper's seconds per timed pair."""
+    times: dict[str, list[float]] = {name: [] for name in steps}
     done = []
 
     def pair():
         first = len(done) * STEP_INSTANCES
-        order = (("dream", dream), ("infonce", infonce))
+        order = list(steps.items())
         for name, step in order if len(done) % 2 == 0 else order[::-1]:
             start = time.perf_counter()
             step(first)
@@ -189,7 +185,18 @@ def test_step_dream_vs_infonce_paired(benchmark, mini):
 
     pair()  # warm-up
     benchmark.pedantic(pair, rounds=PAIRED_ROUNDS, warmup_rounds=0)
-    dream_s, infonce_s = times["dream"][1:], times["infonce"][1:]
+    return {name: seconds[1:] for name, seconds in times.items()}
+
+
+def test_step_dream_vs_infonce_paired(benchmark, mini):
+    """DREAM (prefix stored) and InfoNCE steps alternated, each pair on the same four instances: the DREAM /
+    InfoNCE ratio from paired steps, so that the machine's speed drifting between two separate benchmarks (on a
+    shared 2-core VM, tens of percent within minutes) does not enter it; the order within a pair alternates
+    (DREAM first, then InfoNCE first), so that going first or second favours neither. ``extra_info``: each
+    method's median step, the median of the per-pair ratios and the ratios themselves."""
+    dream = _stepper(_filled_store_dream(mini, (PAIRED_ROUNDS + 1) * STEP_INSTANCES), mini)
+    times = _alternated(benchmark, {"dream": dream, "infonce": _stepper(_method("infonce", mini), mini)})
+    dream_s, infonce_s = times["dream"], times["infonce"]
     benchmark.extra_info.update(
         {
             "dream_median_s": statistics.median(dream_s),
@@ -264,21 +271,8 @@ def test_precision_bf16_vs_fp32_paired(benchmark, mini, name):
         at = (apply_overrides(mini[0], {"train.precision": precision, "model.precision": precision}), *mini[1:])
         method = _filled_store_dream(at, (PAIRED_ROUNDS + 1) * STEP_INSTANCES) if name == "dream" else _method(name, at)
         steps[precision] = _stepper(method, at)
-    times: dict[str, list[float]] = {"bf16": [], "fp32": []}
-    done = []
-
-    def pair():
-        first = len(done) * STEP_INSTANCES
-        order = list(steps.items())
-        for precision, step in order if len(done) % 2 == 0 else order[::-1]:
-            start = time.perf_counter()
-            step(first)
-            times[precision].append(time.perf_counter() - start)
-        done.append(first)
-
-    pair()  # warm-up
-    benchmark.pedantic(pair, rounds=PAIRED_ROUNDS, warmup_rounds=0)
-    bf16_s, fp32_s = times["bf16"][1:], times["fp32"][1:]
+    times = _alternated(benchmark, steps)
+    bf16_s, fp32_s = times["bf16"], times["fp32"]
     assert len(bf16_s) == len(fp32_s) == PAIRED_ROUNDS
     benchmark.extra_info.update(
         {
