@@ -16,12 +16,10 @@ def tuning_basis(config: RunConfig, method: str, searched: Iterable[str] = ()) -
     construction and generation versions, the generator's prompt, the text package's version), the model and
     training settings, and the method's typed parameters (its defaults included, so a changed default counts).
     The ``searched`` keys and ``train.seed``, which every run sets for itself, are left out."""
-    known = method in METHODS
-    params = (
-        dependencies_of(method_params(METHODS.get(method).Params, config, method))
-        if known
-        else dict(config.methods.get(method, {}))
-    )  # an adapter that is not installed here: its overrides as written
+    if method in METHODS:
+        params = dependencies_of(method_params(METHODS.get(method).Params, config, method))
+    else:  # an adapter that is not installed here: its overrides as written
+        params = dict(config.methods.get(method, {}))
     parts = {"data": fingerprint_view(config.data), "data_build": data_fingerprint(config.data),
              "model": fingerprint_view(config.model), "train": fingerprint_view(config.train), "methods": params}  # fmt: skip
     for key in (*searched, "train.seed"):
@@ -34,9 +32,5 @@ def tuning_is_current(record: dict[str, Any], config: RunConfig) -> bool:
     """Whether a tuning record was searched from ``config`` as it is now: its ``basis`` matches (a record written
     before the basis was stored: its whole configuration's fingerprint matches)."""
     if "basis" in record:
-        return record["basis"] == tuning_basis(
-            config, record["method"], [k for k, _ in record.get("grid") or []]
-        )
-    return record.get("base_fingerprint", fingerprint(config)) == fingerprint(
-        config
-    )  # neither: nothing to judge by
+        return record["basis"] == tuning_basis(config, record["method"], [k for k, _ in record.get("grid") or []])
+    return record.get("base_fingerprint", fingerprint(config)) == fingerprint(config)  # neither: nothing to judge by

@@ -69,8 +69,9 @@ def _is_result(relative: Path) -> bool:
 def _merge_committed(profile: Profile, workspace: Workspace, target: Path) -> tuple[int, int, int]:
     """Lay out in ``target`` the results of ``workspace.results_dir`` plus the records the committed report keeps
     (``reports/results/<profile>``) for every result the results folder lacks, where this code gives them the
-    same fingerprint (with their rankings, and the report's stage times, measurements and tuning points as long
-    as some of its results are still shown); returns (results, committed records used, committed left out)."""
+    same fingerprint or this machine cannot compute it (a full collection outside ``--data-dir``), with their
+    rankings, and the report's stage times, measurements and tuning points as long as some of its results are
+    still shown; returns (results, committed records used, committed left out)."""
     ours, kept = workspace.results_dir / profile.name, report.records_dir(workspace.reports_dir, profile.name)
     files = [p.relative_to(kept) for pattern in RECORD_PATTERNS for p in sorted(kept.rglob(pattern))]
     files = [r for r in files if not being_written(r)]
@@ -80,11 +81,10 @@ def _merge_committed(profile: Profile, workspace: Workspace, target: Path) -> tu
         payload = json.loads((kept / relative).read_text())
         if "scores" not in payload:
             continue  # a failed run's note, not a result
-        verdict = None if summary_problems(payload) else _current(profile, payload, workspace)
-        if verdict is None and not summary_problems(payload):  # kept as committed: rendering here never drops it
+        verdict = False if summary_problems(payload) else _current(profile, payload, workspace)
+        if verdict is None:  # this machine cannot tell: kept as committed, so rendering here never drops it
             unresolved.append(f"{payload['method']}/{payload['experiment']} on {payload['dataset']}")
-            used.append(relative)
-        elif not verdict:
+        if verdict is False:
             stale += 1
         else:
             used.append(relative)
