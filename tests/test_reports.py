@@ -213,6 +213,14 @@ def test_the_papers_claims_are_checked_whichever_way_they_fall():
     assert caveat.at["DREAM beats Revela (Tables 1, 4–5)", "verdict"] == "mixed — but revela did not learn in every seed"
     assert "revela learned in 0 of 1 seed(s)" in caveat.at["DREAM beats Revela (Tables 1, 4–5)", "measured"]
     assert caveat.at["DREAM beats InfoNCE (Tables 1, 4–5)", "verdict"] == "does not hold"  # both learned / not run
+    # a baseline at its searched values against DREAM at the profile's: the verdict says so; both searched: not
+    tuned = claims_table(frame, main, p_values, searched={"infonce": {"train.lr": 1e-3}})
+    assert tuned.at["DREAM beats InfoNCE (Tables 1, 4–5)", "verdict"] == (
+        "does not hold — but infonce ran at its searched values (train.lr 0.001), dream at the profile's (not searched yet)")
+    assert tuned.at["DREAM beats REPLUG (Tables 1, 4–5)", "verdict"] == "ahead, not significantly"
+    both = claims_table(frame, main, p_values, searched={"infonce": {"train.lr": 1e-3}, "dream": {"train.lr": 3e-4}})
+    assert both.at["DREAM beats InfoNCE (Tables 1, 4–5)", "verdict"] == "does not hold"
+    assert both.at["DREAM beats REPLUG (Tables 1, 4–5)", "verdict"].endswith("dream ran at its searched values (train.lr 0.0003), replug at the profile's (not searched yet)")
     assert "top 64 " in claims.at["16 heads is the best head count (Fig. 3)", "measured"]
 
 

@@ -4,6 +4,9 @@ claim on fewer than :data:`DECISIVE_SEEDS` seeds is labelled *indicative*."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pandas as pd
 
 from ...config import method_params
@@ -39,6 +42,16 @@ def _robustness(seeds: set[int], verdict: str, without) -> str:
     changed = [(k, without(k)) for k in sorted(seeds)]
     changed = [(k, v) for k, v in changed if v != verdict]
     return (" — not robust: " + "; ".join(f"without seed {k} it reads “{v}”" for k, v in changed)) if changed else ""
+
+
+def _tuning_caveat(searched: Mapping[str, Mapping[str, Any]] | None, other: str) -> str:
+    """`` — but …`` when exactly one of DREAM and ``other`` runs at values its search chose: the comparison then
+    sets a tuned method against one at the profile's values."""
+    if searched is None or ("dream" in searched) == (other in searched):
+        return ""
+    tuned, untuned = ("dream", other) if "dream" in searched else (other, "dream")
+    values = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in searched[tuned].items())
+    return f" — but {tuned} ran at its searched values ({values}), {untuned} at the profile's (not searched yet)"
 
 
 def _indicative(seeds: set[int]) -> str:
@@ -85,6 +98,7 @@ def claims_table(
     p_values_without: dict[int, pd.DataFrame] | None = None,
     planned: set[str] | None = None,
     defaults: tuple[int, int] | None = None,
+    searched: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> pd.DataFrame:
     """Each of the paper's claims checked on these results, whichever way it falls.
 
@@ -101,7 +115,9 @@ def claims_table(
     keep every seed) and says which removal changes it. ``planned``: the rows (``method`` or ``method/experiment``)
     the profile's plan runs (None: every row); a claim whose rows it does not plan reads "not in this profile's
     plan" rather than "not run yet", and Fig. 3 compares the head counts it plans. ``defaults``: the profile's
-    DREAM head count and K, for the claims' reference rows before DREAM's default row has run.
+    DREAM head count and K, for the claims' reference rows before DREAM's default row has run. ``searched``:
+    the values a search chose per method (the profile's ``tuned``; None: not known); where one of DREAM and the
+    baseline runs at searched values and the other does not, the verdict says so.
     """
 
     def absent(*wanted: str) -> str:
@@ -164,6 +180,7 @@ def claims_table(
         if stalled:
             measured += "; " + "; ".join(f"{m} learned in {r} of {n} seed(s)" for m, r, n in stalled)
             verdict += f" — but {' and '.join(m for m, _, _ in stalled)} did not learn in every seed"
+        verdict += _tuning_caveat(searched, other)
         rows.append({"claim": claim, "measured": measured, "verdict": verdict + robustness})
 
     def complete_seeds(row: str, datasets: list[str]) -> set[int]:
@@ -303,8 +320,9 @@ def dream_defaults(profile: str) -> tuple[int, int] | None:
 
 
 def claims(ctx: ReportContext) -> list[str]:
+    searched = PROFILES.get(ctx.profile).tuned if ctx.profile in PROFILES else None
     table = claims_table(ctx.frame, ctx.main, ctx.p_values, ctx.training, leave_one_seed_out(ctx),
-                         planned_rows(ctx.profile), dream_defaults(ctx.profile))  # fmt: skip
+                         planned_rows(ctx.profile), dream_defaults(ctx.profile), searched)  # fmt: skip
     table.to_csv(ctx.out / "claims.csv")
     return [
         "## The paper's claims at this scale",
