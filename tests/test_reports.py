@@ -216,11 +216,11 @@ def test_the_papers_claims_are_checked_whichever_way_they_fall():
     # a baseline at its searched values against DREAM at the profile's: the verdict says so; both searched: not
     tuned = claims_table(frame, main, p_values, searched={"infonce": {"train.lr": 1e-3}})
     assert tuned.at["DREAM beats InfoNCE (Tables 1, 4–5)", "verdict"] == (
-        "does not hold — but infonce ran at its searched values (train.lr 0.001), dream at the profile's (not searched yet)")
+        "does not hold — but infonce ran at its searched values (train.lr 0.001), dream at the profile's (no complete search on the current configuration)")
     assert tuned.at["DREAM beats REPLUG (Tables 1, 4–5)", "verdict"] == "ahead, not significantly"
     both = claims_table(frame, main, p_values, searched={"infonce": {"train.lr": 1e-3}, "dream": {"train.lr": 3e-4}})
     assert both.at["DREAM beats InfoNCE (Tables 1, 4–5)", "verdict"] == "does not hold"
-    assert both.at["DREAM beats REPLUG (Tables 1, 4–5)", "verdict"].endswith("dream ran at its searched values (train.lr 0.0003), replug at the profile's (not searched yet)")
+    assert both.at["DREAM beats REPLUG (Tables 1, 4–5)", "verdict"].endswith("dream ran at its searched values (train.lr 0.0003), replug at the profile's (no complete search on the current configuration)")
     assert "top 64 " in claims.at["16 heads is the best head count (Fig. 3)", "measured"]
 
 

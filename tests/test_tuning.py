@@ -118,12 +118,17 @@ def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(t
                                                      "chosen": {"train.lr": lr}}))  # fmt: skip
     agreed = tuning_section(tmp_path, "mini")[1][0]
     assert agreed == f"- infonce: chose {{'train.lr': {lr}}}; the profile uses these values."
+    # what the claims call "searched values": a complete, current search whose choice the profile runs at
+    from dreambench.report import searched_values
+
+    assert searched_values(tmp_path, "mini") == {"infonce": {"train.lr": lr}}
     other = 1e-4 if lr != 1e-4 else 1e-3
     (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": [point],
                                                      "chosen": {"train.lr": other}}))  # fmt: skip
     assert tuning_section(tmp_path, "mini")[1][0].startswith(
         f"- infonce: chose {{'train.lr': {other}}}, but the profile runs at {{'train.lr': {lr}}}: the main table "
         "does not")
+    assert searched_values(tmp_path, "mini") == {}  # the main table does not run at the choice
 
 
 def test_each_point_trains_at_every_tuning_seed_and_the_mean_decides(workspace, monkeypatch):
@@ -287,7 +292,7 @@ def test_a_search_from_an_earlier_configuration_chooses_nothing_for_the_current_
     says to search again, and ``--tune --dry-run`` no longer calls its points done."""
     from dreambench import tuning
     from dreambench.config import apply_overrides
-    from dreambench.report import tuning_section
+    from dreambench.report import searched_values, tuning_section
     from dreambench.search_basis import tuning_basis, tuning_is_current
 
     config = PROFILES.get("mini").config
@@ -308,6 +313,7 @@ def test_a_search_from_an_earlier_configuration_chooses_nothing_for_the_current_
     for basis in ({"basis": tuning_basis(earlier, "infonce")}, {"base_fingerprint": tuning.fingerprint(earlier)}):
         record, chosen, lines = section(basis)
         assert not tuning_is_current(record, config) and chosen == ""
+        assert searched_values(tmp_path, "mini") == {}  # nothing counts as searched for the current profile
         assert "**searched from an earlier configuration of profile mini**" in lines and "--tune --methods infonce`" in lines
         assert "infonce: chose" not in lines
         runs_at = profile_values(PROFILES.get("mini"), "infonce", ["train.lr"])

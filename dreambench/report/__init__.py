@@ -37,7 +37,14 @@ from .frame import (
 )
 from .html_page import render_html
 from .performance import render_performance
-from .runs import machine_label, pending_lines, reproduce_commands, stage_times, tuning_section
+from .runs import (
+    machine_label,
+    pending_lines,
+    reproduce_commands,
+    searched_values,
+    stage_times,
+    tuning_section,
+)
 from .sections import group_order
 from .statistics import learned, learning_verdicts, runs_learned, significance
 from .tables import (
@@ -58,5 +65,5 @@ __all__ = [
     "per_seed_table", "plot_group", "provenance_table", "records_dir", "render", "render_html",
     "render_performance", "reproduce_commands", "results_frame", "row_label", "row_order_key", "row_seeds",
     "runs_learned", "score_table", "seed_table", "setting_values", "significance", "stage_times",
-    "training_data_lines", "training_table", "tuning_section", "with_reference",
+    "searched_values", "training_data_lines", "training_table", "tuning_section", "with_reference",
 ]  # fmt: skip

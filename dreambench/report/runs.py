@@ -152,6 +152,22 @@ def profile_values(profile: Profile, method: str, keys: Sequence[str]) -> dict[s
     return values
 
 
+def searched_values(results_dir: Path, profile: str) -> dict[str, dict[str, Any]]:
+    """Per method, the values its main table runs at where they are a complete search's choice on the current
+    configuration of ``profile``; a method without such a search (none, incomplete, from an earlier
+    configuration, or a choice the profile does not use) is absent."""
+    if profile not in PROFILES:
+        return {}
+    spec = PROFILES.get(profile)
+    out = {}
+    for method, record in load_tuning(results_dir, profile).items():
+        chosen = record.get("chosen") or {}
+        if (method in spec.tuning and record["complete"] and chosen and tuning_is_current(record, spec.config)
+                and profile_values(spec, method, list(chosen)) == chosen):
+            out[method] = chosen
+    return out
+
+
 def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[str]]:
     """Every grid point of ``run_all.py --tune`` (held-out MRR and losses), which was chosen, and whether the
     values committed in the profile are the search's choice."""

@@ -13,7 +13,7 @@ from ...config import method_params
 from ...evaluation.metrics import MAIN_METRIC
 from ...method import METHODS
 from ...profiles import PROFILES
-from ...report import ReportContext, markdown_table, row_label, runs_learned, significance
+from ...report import ReportContext, markdown_table, row_label, runs_learned, searched_values, significance
 
 # ---- the paper's claims (DREAM §4.2 and §5–6) checked on this profile's results ------------------------------
 
@@ -51,7 +51,8 @@ def _tuning_caveat(searched: Mapping[str, Mapping[str, Any]] | None, other: str)
         return ""
     tuned, untuned = ("dream", other) if "dream" in searched else (other, "dream")
     values = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in searched[tuned].items())
-    return f" — but {tuned} ran at its searched values ({values}), {untuned} at the profile's (not searched yet)"
+    return (f" — but {tuned} ran at its searched values ({values}), {untuned} at the profile's (no complete "
+            "search on the current configuration)")
 
 
 def _indicative(seeds: set[int]) -> str:
@@ -116,8 +117,9 @@ def claims_table(
     the profile's plan runs (None: every row); a claim whose rows it does not plan reads "not in this profile's
     plan" rather than "not run yet", and Fig. 3 compares the head counts it plans. ``defaults``: the profile's
     DREAM head count and K, for the claims' reference rows before DREAM's default row has run. ``searched``:
-    the values a search chose per method (the profile's ``tuned``; None: not known); where one of DREAM and the
-    baseline runs at searched values and the other does not, the verdict says so.
+    per method, the values it runs at where a complete search on the current configuration chose them
+    (:func:`searched_values`; None: not known); where one of DREAM and the baseline runs at searched values and
+    the other does not, the verdict says so.
     """
 
     def absent(*wanted: str) -> str:
@@ -320,7 +322,7 @@ def dream_defaults(profile: str) -> tuple[int, int] | None:
 
 
 def claims(ctx: ReportContext) -> list[str]:
-    searched = PROFILES.get(ctx.profile).tuned if ctx.profile in PROFILES else None
+    searched = searched_values(ctx.results_dir, ctx.profile) if ctx.profile in PROFILES else None
     table = claims_table(ctx.frame, ctx.main, ctx.p_values, ctx.training, leave_one_seed_out(ctx),
                          planned_rows(ctx.profile), dream_defaults(ctx.profile), searched)  # fmt: skip
     table.to_csv(ctx.out / "claims.csv")
@@ -336,7 +338,8 @@ def claims(ctx: ReportContext) -> list[str]:
         "(Training, below) and a caveat in the verdict where a row did not learn in every one: a run that did "
         "not learn is a model that barely moved from the untrained one. Every verdict is recomputed with each "
         f"seed left out and says which removal would change it; ablation claims on fewer than {DECISIVE_SEEDS} "
-        "seeds are *indicative*.",
+        "seeds are *indicative*. A baseline claim where only one of the two runs at values a search on the current "
+        "configuration chose (Tuning, below) says so: it sets a tuned method against an untuned one.",
         "",
         markdown_table(table),
         "",
