@@ -152,20 +152,31 @@ def profile_values(profile: Profile, method: str, keys: Sequence[str]) -> dict[s
     return values
 
 
+def _search_state(profile: str, method: str, record: dict[str, Any]) -> str:
+    """Where a stored search stands for ``profile`` as it is now: ``earlier`` (from an earlier configuration),
+    ``not searched`` (the profile does not search ``method``), ``incomplete``, ``used`` (the main table runs
+    at its choice) or ``not used``. A profile not registered takes every record as current and searched, and
+    its committed values as what it uses (none)."""
+    spec = PROFILES.get(profile) if profile in PROFILES else None
+    chosen = record.get("chosen") or {}
+    if spec is not None and not tuning_is_current(record, spec.config):
+        return "earlier"
+    if spec is not None and method not in spec.tuning:
+        return "not searched"
+    if not record["complete"]:
+        return "incomplete"
+    used = profile_values(spec, method, list(chosen)) if spec is not None else {}
+    return "used" if used == chosen else "not used"
+
+
 def searched_values(results_dir: Path, profile: str) -> dict[str, dict[str, Any]]:
     """Per method, the values its main table runs at where they are a complete search's choice on the current
     configuration of ``profile``; a method without such a search (none, incomplete, from an earlier
     configuration, or a choice the profile does not use) is absent."""
     if profile not in PROFILES:
         return {}
-    spec = PROFILES.get(profile)
-    out = {}
-    for method, record in load_tuning(results_dir, profile).items():
-        chosen = record.get("chosen") or {}
-        if (method in spec.tuning and record["complete"] and chosen and tuning_is_current(record, spec.config)
-                and profile_values(spec, method, list(chosen)) == chosen):
-            out[method] = chosen
-    return out
+    return {method: record["chosen"] for method, record in load_tuning(results_dir, profile).items()
+            if record.get("chosen") and _search_state(profile, method, record) == "used"}  # fmt: skip
 
 
 def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[str]]:
@@ -182,7 +193,8 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
 
     for method, record in records.items():
         chosen = record.get("chosen") or {}
-        current = profile not in PROFILES or tuning_is_current(record, PROFILES.get(profile).config)
+        state = _search_state(profile, method, record)
+        current = state != "earlier"
         for n, point in enumerate(record["points"]):
             final_axis = current and record["complete"] and point["overrides"] == chosen
             rows.append({
@@ -194,25 +206,24 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
                 "train min": (point.get("train_seconds") or 0) / 60 or None,
                 "chosen": "✔" if final_axis else ("failed" if point.get("failed") else ""),
             })  # fmt: skip
-        searched = profile not in PROFILES or method in PROFILES.get(profile).tuning
         axes = list(dict.fromkeys([k for k, _ in record.get("grid") or []] or [p["axis"] for p in record["points"]]))
-        if not current:
+        if state == "earlier":
             lines.append(f"- {method}: **searched from an earlier configuration of profile {profile}** (its data, "
                          f"model, training or {method} settings have changed since): its {len(record['points'])} "
                          "point(s) are shown as recorded and choose nothing for the current profile; the main "
                          f"table runs at the profile's values {used(method, axes)}; search again "
                          f"with `{_tune_command(profile, [method])}`.")  # fmt: skip
-        elif not searched:
+        elif state == "not searched":
             lines.append(f"- {method}: a stored search, but profile {profile} does not search {method} "
                          f"({len(record['points'])} point(s) shown; its main table does not run it).")  # fmt: skip
-        elif not record["complete"]:
+        elif state == "incomplete":
             n_points = len(record["points"])
             values = used(method, axes)
             lines.append(f"- {method}: search incomplete ({n_points} point{'s' if n_points != 1 else ''} so far; "
                          f"the main table runs at the profile's values {values}; resume with "
                          f"`{_tune_command(profile, [method])}`; a run this record or its runs file holds is not "
                          f"trained again, one whose checkpoint is in the cache is loaded, any other is trained).")  # fmt: skip
-        elif used(method, list(chosen)) == chosen:  # the profile's values, committed or its own, are the choice
+        elif state == "used":  # the profile's values, committed or its own, are the choice
             lines.append(f"- {method}: chose {chosen}; the profile uses these values.")
         else:
             lines.append(f"- {method}: chose {chosen}, but the profile runs at {used(method, list(chosen))}: the "

@@ -322,9 +322,9 @@ def dream_defaults(profile: str) -> tuple[int, int] | None:
 
 
 def claims(ctx: ReportContext) -> list[str]:
-    searched = searched_values(ctx.results_dir, ctx.profile) if ctx.profile in PROFILES else None
     table = claims_table(ctx.frame, ctx.main, ctx.p_values, ctx.training, leave_one_seed_out(ctx),
-                         planned_rows(ctx.profile), dream_defaults(ctx.profile), searched)  # fmt: skip
+                         planned_rows(ctx.profile), dream_defaults(ctx.profile),
+                         searched_values(ctx.results_dir, ctx.profile))  # fmt: skip
     table.to_csv(ctx.out / "claims.csv")
     return [
         "## The paper's claims at this scale",
