@@ -143,7 +143,7 @@ class LLMQL(TrainedDenseMethod):
         with self.score_arithmetic():
             loss = nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
         self.retriever.tokens_embedded += int(ids.numel())
-        return loss, {"ql_loss": float(loss), "tokens": int(ids.numel())}
+        return loss, {"ql_loss": float(loss.detach()), "tokens": int(ids.numel())}
 
     def training_state(self) -> dict[str, float]:
         return {"ql_stage": float(self.stage == "ql")}
