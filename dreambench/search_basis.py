@@ -1,14 +1,43 @@
 """The basis of a tuning search: the fingerprint of what its runs depend on, stored in its record as ``basis``, by
-which the report and ``--tune`` judge whether a stored search still belongs to the profile's configuration."""
+which the report and ``--tune`` judge whether a stored search still belongs to the profile's configuration; and
+the rule by which an axis of the search keeps a value (``select``), which ``--tune`` and the report share."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .config import RunConfig, dependencies_of, fingerprint, fingerprint_view, method_params
 from .data.training import data_fingerprint
 from .method import METHODS
+
+SELECTION_METRIC = "mrr"  # held-out MRR of the target among the K candidates
+SELECTION = (f"held-out {SELECTION_METRIC} of the target among K, mean over the seeds; the earliest value of the "
+             "axis within one standard error (over the seeds) of the best point's mean (coordinate search, axes "
+             "in order)")  # fmt: skip
+
+
+def standard_error(point: Mapping[str, Any]) -> float:
+    """The standard error of a point's mean held-out MRR over its seeds (sample sd / sqrt(n)); 0 with one seed."""
+    values = [run["heldout_mrr"] for run in point.get("seeds", []) if run.get("heldout_mrr") is not None]
+    if len(values) < 2:
+        return 0.0
+    return statistics.stdev(values) / math.sqrt(len(values))
+
+
+def select(points: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The point an axis keeps, by the one-standard-error rule (Breiman et al. 1984; Hastie, Tibshirani and
+    Friedman, *The Elements of Statistical Learning*, §7.10): the earliest of ``points`` (grid order) whose mean
+    held-out MRR is at least the best mean less the best point's standard error over its seeds. With one tuning
+    seed the error is 0 and this is the best point, ties going to the earlier. None where no point has a score."""
+    usable = [p for p in points if p.get("heldout_mrr") is not None and math.isfinite(p["heldout_mrr"])]
+    if not usable:
+        return None
+    best = max(usable, key=lambda p: p["heldout_mrr"])  # max keeps the first of equal scores
+    floor = best["heldout_mrr"] - standard_error(best)
+    return next(p for p in usable if p["heldout_mrr"] >= floor)
 
 
 def tuning_basis(config: RunConfig, method: str, searched: Iterable[str] = ()) -> str:

@@ -3,10 +3,13 @@
 Each profile declares, per trained method, a small grid: an ordered list of axes (a dotted config key and
 its candidate values; the learning rate first for every method). The search is coordinate-wise, one axis at a
 time in the declared order: every value of the axis is trained with the axes already searched at their
-chosen values and the others at the profile's values, and the value with the best held-out MRR of the target
-among the K candidates, averaged over the profile's tuning seeds (``Profile.tuning_seeds``), is kept (ties go
-to the earlier value in the grid). Every point trains with the profile's full budget at each tuning seed, and
-is scored on the held-out training-format instances (articles never trained on) — never on an evaluation set.
+chosen values and the others at the profile's values, and each point is scored by the held-out MRR of the
+target among the K candidates, averaged over the profile's tuning seeds (``Profile.tuning_seeds``). The value
+kept is the earliest in the grid whose score is within one standard error of the best point's (the one-standard-
+error rule, ``select``): a grid lists its values from the most conservative (the smallest learning rate), so a
+larger step is taken only where it wins by more than the best point's own seed noise. Every point trains with
+the profile's full budget at each tuning seed, and is scored on the held-out training-format instances
+(articles never trained on) — never on an evaluation set.
 
 A point is an ordinary training run: its checkpoint is keyed by the configuration like any other, so an
 interrupted search resumes, and the chosen point's runs *are* the main table's runs at those seeds (trained
@@ -31,13 +34,11 @@ from .experiment import Profile
 from .method import METHODS
 from .results import load_tuning
 from .runner import held_lock
-from .search_basis import tuning_basis, tuning_is_current
+from .search_basis import SELECTION, select, tuning_basis, tuning_is_current
 from .training.trainer import TrainingDiverged, checkpoint_state
 from .workspace import Workspace, git_info, machine_info, write_json_atomic
 
 log = logging.getLogger(__name__)
-
-SELECTION_METRIC = "mrr"  # held-out MRR of the target among the K candidates
 
 
 def tuning_path(results_dir: Path, profile: str, method: str) -> Path:  # read back by results.load_tuning
@@ -207,13 +208,12 @@ def tune(
             points.append(record)
             scored.append(record)
             _write(path, profile, config, method, grid, seeds, points, chosen, complete=False)
-        usable = [r for r in scored if r.get("heldout_mrr") is not None and math.isfinite(r["heldout_mrr"])]
-        if not usable:
+        kept = select(scored)
+        if kept is None:
             raise RuntimeError(f"tuning {method}: no point of axis {key} trained (see {path})")
-        best = max(usable, key=lambda r: r["heldout_mrr"])  # max keeps the first of equal scores
-        chosen[key] = best["value"]
-        log.info("tuning %s: %s = %s (held-out MRR %.4f, mean of %d seeds)", method, key, best["value"],
-                 best["heldout_mrr"], len(seeds))  # fmt: skip
+        chosen[key] = kept["value"]
+        log.info("tuning %s: %s = %s (held-out MRR %.4f, mean of %d seeds; the earliest within one standard "
+                 "error of the best)", method, key, kept["value"], kept["heldout_mrr"], len(seeds))  # fmt: skip
     return _write(path, profile, config, method, grid, seeds, points, chosen, complete=True)
 
 
@@ -259,13 +259,13 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
                     state = f"{checkpoint_state(folder)} -> {folder}"
                 lines.append(f"    {value!s:<10} seed {seed}: {state}")
         scored = [done[(key, repr(v))] for v in values if (key, repr(v)) in done]
-        usable = [p for p in scored if p.get("heldout_mrr") is not None and math.isfinite(p["heldout_mrr"])]
-        if len(scored) < len(values) or not usable:
+        kept = select(scored)
+        if len(scored) < len(values) or kept is None:
             rest = [k for k, _ in list(grid)[index + 1 :]]
             if rest:
                 lines.append(f"  then {', '.join(rest)}: their points depend on this axis's choice")
             break
-        chosen[key] = max(usable, key=lambda p: p["heldout_mrr"])["value"]
+        chosen[key] = kept["value"]
     return lines
 
 
@@ -274,8 +274,7 @@ def _write(path: Path, profile: Profile, config: RunConfig, method: str, grid: A
     record = {
         "profile": profile.name,
         "method": method,
-        "selection": f"held-out {SELECTION_METRIC} of the target among K, mean over the seeds (coordinate search, "
-        "axes in order)",
+        "selection": SELECTION,
         "grid": [[key, list(values)] for key, values in grid],
         "seeds": list(seeds),
         "base_fingerprint": fingerprint(config),

@@ -9,6 +9,7 @@ from dreambench.method import METHODS
 from dreambench.profiles import PROFILES
 from dreambench.report.runs import profile_values
 from dreambench.results import load_stage_records, load_tuning
+from dreambench.search_basis import select, standard_error
 
 
 def _args(workspace):
@@ -42,7 +43,7 @@ def test_tuning_trains_every_grid_point_and_keeps_the_held_out_best(workspace, c
         assert [p["value"] for p in points] == list(values)
         assert all(p["overrides"] == {**chosen, key: p["value"]} for p in points)
         assert all(0 < p["heldout_mrr"] <= 1 and p["final_loss"] is not None for p in points)
-        chosen[key] = max(points, key=lambda p: p["heldout_mrr"])["value"]
+        chosen[key] = select(points)["value"]
     assert record["chosen"] == chosen
     # the evaluation sets were never touched: no result file exists, only the tuning record
     assert not list((workspace.results_dir / "smoke").glob("infonce/*/*.json"))
@@ -160,6 +161,27 @@ def test_each_point_trains_at_every_tuning_seed_and_the_mean_decides(workspace, 
     # smoke trains in fp32 (an explicit precision): each run is labelled with it, whatever the CPU
     assert table["MRR per seed"].tolist() == ["0: 0.600 fp32 / 1: 0.600 fp32", "0: 0.700 fp32 / 1: 0.200 fp32"]
     assert tuning.tuning_seeds(PROFILES.get("smoke"), profile.config) == (profile.config.train.seed,)
+
+
+def _point(value, *mrrs):
+    return {"value": value, "heldout_mrr": sum(mrrs) / len(mrrs), "seeds": [{"heldout_mrr": m} for m in mrrs]}
+
+
+def test_an_axis_keeps_its_earliest_value_within_one_standard_error_of_the_best():
+    """The one-standard-error rule: a larger learning rate is kept only where it beats the smaller by more than the
+    best point's own noise over the seeds (the mini searches' numbers: InfoNCE's 1e-3 led 3e-4 by 0.005 with its
+    two seeds 0.063 apart; Drama's led by 0.133 with its seeds 0.011 apart)."""
+    infonce = [_point(1e-4, 0.6594, 0.6480), _point(3e-4, 0.7004, 0.7517), _point(1e-3, 0.6998, 0.7631)]
+    assert standard_error(infonce[2]) == pytest.approx(abs(0.7631 - 0.6998) / 2)  # sd / sqrt(2) with two seeds
+    assert select(infonce)["value"] == 3e-4
+    drama = [_point(1e-4, 0.5462, 0.5395), _point(3e-4, 0.6298, 0.6370), _point(1e-3, 0.7720, 0.7608)]
+    assert select(drama)["value"] == 1e-3
+    # the order of the grid decides among points within the error, not their scores: the earliest such is kept
+    assert select([_point(1, 0.50, 0.70), _point(2, 0.62, 0.62), _point(3, 0.55, 0.75)])["value"] == 1
+    # one seed: no error to allow, the best point, ties to the earlier; a point without a score is passed over
+    assert select([_point(1, 0.6), _point(2, 0.61), _point(3, 0.61)])["value"] == 2
+    assert select([{"value": 1, "heldout_mrr": None, "seeds": []}, _point(2, 0.4)])["value"] == 2
+    assert select([{"value": 1, "heldout_mrr": None, "seeds": []}]) is None
 
 
 def test_a_resumed_search_takes_recorded_runs_and_trains_only_the_rest(workspace, monkeypatch):

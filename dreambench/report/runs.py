@@ -14,7 +14,7 @@ from ..experiment import Profile
 from ..method import METHODS
 from ..profiles import PROFILES
 from ..results import SEED_MARK, ResultKey, iter_results, load_stage_records, load_tuning
-from ..search_basis import tuning_is_current
+from ..search_basis import standard_error, tuning_is_current
 from ..tasks import TASKS
 from .frame import dataset_order, row_label
 from .tables import markdown_table, recorded_minutes
@@ -201,6 +201,7 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
                 "method": method, "#": n + 1, "axis": point["axis"].split(".")[-1], "value": point["value"],
                 "held-out MRR": point.get("heldout_mrr"), "held-out top-1": point.get("heldout_top1"),
                 "MRR per seed": _per_seed(point, _precision(record)),
+                "MRR se": standard_error(point) if len(point.get("seeds", [])) > 1 else None,
                 "first loss": point.get("first_loss"), "final loss": point.get("final_loss"),
                 "chance loss": point.get("chance_loss"), "τ end": point.get("tau"), "g end": point.get("gate"),
                 "train min": (point.get("train_seconds") or 0) / 60 or None,
