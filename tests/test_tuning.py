@@ -9,7 +9,7 @@ from dreambench.method import METHODS
 from dreambench.profiles import PROFILES
 from dreambench.report.runs import profile_values
 from dreambench.results import load_stage_records, load_tuning
-from dreambench.search_basis import select, standard_error
+from dreambench.search_basis import SELECTION, select, standard_error
 
 
 def _args(workspace):
@@ -116,16 +116,24 @@ def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(t
     assert "dream" in lines[2] and "infonce" not in lines[2].split(";")[0]
     # a complete search that chose the profile's own value agrees with the profile, committed values or none
     (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": [point],
-                                                     "chosen": {"train.lr": lr}}))  # fmt: skip
+                                                     "chosen": {"train.lr": lr}, "selection": SELECTION}))  # fmt: skip
     agreed = tuning_section(tmp_path, "mini")[1][0]
     assert agreed == f"- infonce: chose {{'train.lr': {lr}}}; the profile uses these values."
-    # what the claims call "searched values": a complete, current search whose choice the profile runs at
+    # a choice made by another selection rule (the best mean alone, say) chooses nothing until --tune re-chooses
+    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": [point],
+                                                     "chosen": {"train.lr": lr}, "selection": "best mean"}))  # fmt: skip
     from dreambench.report import searched_values
 
+    assert tuning_section(tmp_path, "mini")[1][0].startswith(
+        f"- infonce: chose {{'train.lr': {lr}}} by another selection rule ('best mean'), so it chooses nothing")
+    assert searched_values(tmp_path, "mini") == {}
+    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": [point],
+                                                     "chosen": {"train.lr": lr}, "selection": SELECTION}))  # fmt: skip
+    # what the claims call "searched values": a complete, current search whose choice the profile runs at
     assert searched_values(tmp_path, "mini") == {"infonce": {"train.lr": lr}}
     other = 1e-4 if lr != 1e-4 else 1e-3
     (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": [point],
-                                                     "chosen": {"train.lr": other}}))  # fmt: skip
+                                                     "chosen": {"train.lr": other}, "selection": SELECTION}))  # fmt: skip
     assert tuning_section(tmp_path, "mini")[1][0].startswith(
         f"- infonce: chose {{'train.lr': {other}}}, but the profile runs at {{'train.lr': {lr}}}: the main table "
         "does not")
@@ -324,7 +332,8 @@ def test_a_search_from_an_earlier_configuration_chooses_nothing_for_the_current_
              "seeds": [{"seed": 0, "heldout_mrr": 0.7}]}  # fmt: skip
 
     def section(basis):
-        record = {"method": "infonce", "complete": True, "chosen": {"train.lr": 1e-3}, "points": [point], **basis}
+        record = {"method": "infonce", "complete": True, "chosen": {"train.lr": 1e-3}, "points": [point],
+                  "selection": SELECTION, **basis}
         (folder / "infonce.json").write_text(json.dumps(record))
         table, lines = tuning_section(tmp_path, "mini")
         return record, table["chosen"].iloc[0], "\n".join(lines)

@@ -14,7 +14,7 @@ from ..experiment import Profile
 from ..method import METHODS
 from ..profiles import PROFILES
 from ..results import SEED_MARK, ResultKey, iter_results, load_stage_records, load_tuning
-from ..search_basis import standard_error, tuning_is_current
+from ..search_basis import SELECTION, standard_error, tuning_is_current
 from ..tasks import TASKS
 from .frame import dataset_order, row_label
 from .tables import markdown_table, recorded_minutes
@@ -154,7 +154,8 @@ def profile_values(profile: Profile, method: str, keys: Sequence[str]) -> dict[s
 
 def _search_state(profile: str, method: str, record: dict[str, Any]) -> str:
     """Where a stored search stands for ``profile`` as it is now: ``earlier`` (from an earlier configuration),
-    ``not searched`` (the profile does not search ``method``), ``incomplete``, ``used`` (the main table runs
+    ``not searched`` (the profile does not search ``method``), ``incomplete``, ``earlier rule`` (complete, but
+    its choice was made by another selection rule than ``search_basis.select``), ``used`` (the main table runs
     at its choice) or ``not used``. A profile not registered takes every record as current and searched, and
     its committed values as what it uses (none)."""
     spec = PROFILES.get(profile) if profile in PROFILES else None
@@ -165,6 +166,8 @@ def _search_state(profile: str, method: str, record: dict[str, Any]) -> str:
         return "not searched"
     if not record["complete"]:
         return "incomplete"
+    if record.get("selection") != SELECTION:
+        return "earlier rule"
     used = profile_values(spec, method, list(chosen)) if spec is not None else {}
     return "used" if used == chosen else "not used"
 
@@ -224,6 +227,11 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
                          f"the main table runs at the profile's values {values}; resume with "
                          f"`{_tune_command(profile, [method])}`; a run this record or its runs file holds is not "
                          f"trained again, one whose checkpoint is in the cache is loaded, any other is trained).")  # fmt: skip
+        elif state == "earlier rule":
+            lines.append(f"- {method}: chose {chosen} by another selection rule ({record.get('selection')!r}), so "
+                         "it chooses nothing for the current profile; the main table runs at the profile's values "
+                         f"{used(method, axes)}; choose again from the recorded runs (nothing is trained again) "
+                         f"with `{_tune_command(profile, [method])}`.")  # fmt: skip
         elif state == "used":  # the profile's values, committed or its own, are the choice
             lines.append(f"- {method}: chose {chosen}; the profile uses these values.")
         else:
