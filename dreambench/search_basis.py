@@ -19,25 +19,50 @@ SELECTION = (f"held-out {SELECTION_METRIC} of the target among K, mean over the 
              "in order)")  # fmt: skip
 
 
-def standard_error(point: Mapping[str, Any]) -> float:
-    """The standard error of a point's mean held-out MRR over its seeds (sample sd / sqrt(n)); 0 with one seed."""
-    values = [run["heldout_mrr"] for run in point.get("seeds", []) if run.get("heldout_mrr") is not None]
+def _seed_scores(point: Mapping[str, Any]) -> list[float]:
+    values = [run.get("heldout_mrr") for run in point.get("seeds", [])]
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def standard_error(point: Mapping[str, Any]) -> float | None:
+    """The standard error of a point's mean held-out MRR over its seeds (sample sd / sqrt(n)); None with fewer than
+    two finite seed scores. With the two tuning seeds of ``mini`` it rests on one degree of freedom."""
+    values = _seed_scores(point)
     if len(values) < 2:
-        return 0.0
+        return None
     return statistics.stdev(values) / math.sqrt(len(values))
 
 
 def select(points: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The point an axis keeps, by the one-standard-error rule (Breiman et al. 1984; Hastie, Tibshirani and
-    Friedman, *The Elements of Statistical Learning*, §7.10): the earliest of ``points`` (grid order) whose mean
-    held-out MRR is at least the best mean less the best point's standard error over its seeds. With one tuning
-    seed the error is 0 and this is the best point, ties going to the earlier. None where no point has a score."""
+    Friedman, *The Elements of Statistical Learning*, §7.10): the earliest of ``points`` (grid order: the first
+    value a grid lists is its preferred one, the smallest learning rate or the method's default) whose mean
+    held-out MRR is at least the best mean less the *best* point's standard error over its seeds. With one
+    tuning seed the error is 0 and this is the best point, ties going to the earlier. None where no point has a
+    finite score."""
     usable = [p for p in points if p.get("heldout_mrr") is not None and math.isfinite(p["heldout_mrr"])]
     if not usable:
         return None
     best = max(usable, key=lambda p: p["heldout_mrr"])  # max keeps the first of equal scores
-    floor = best["heldout_mrr"] - standard_error(best)
-    return next(p for p in usable if p["heldout_mrr"] >= floor)
+    floor = best["heldout_mrr"] - (standard_error(best) or 0.0)
+    return next((p for p in usable if p["heldout_mrr"] >= floor), best)
+
+
+def rechoose(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What ``select`` chooses, axis by axis, from a stored search's points (each axis's points taken at the
+    earlier axes' choices); None where the record lacks the points to say (an axis not searched at the values
+    ``select`` keeps for the earlier ones). The report compares it with the record's stored ``chosen``."""
+    axes = list(dict.fromkeys([key for key, _ in record.get("grid") or []]
+                              or [p["axis"] for p in record.get("points", [])]))  # fmt: skip
+    chosen: dict[str, Any] = {}
+    for key in axes:
+        points = [p for p in record.get("points", []) if p["axis"] == key
+                  and {k: v for k, v in p.get("overrides", {}).items() if k != key} == chosen]  # fmt: skip
+        kept = select(points)
+        if kept is None:
+            return None
+        chosen[key] = kept["value"]
+    return chosen
 
 
 def tuning_basis(config: RunConfig, method: str, searched: Iterable[str] = ()) -> str:

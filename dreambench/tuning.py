@@ -6,8 +6,8 @@ time in the declared order: every value of the axis is trained with the axes alr
 chosen values and the others at the profile's values, and each point is scored by the held-out MRR of the
 target among the K candidates, averaged over the profile's tuning seeds (``Profile.tuning_seeds``). The value
 kept is the earliest in the grid whose score is within one standard error of the best point's (the one-standard-
-error rule, ``select``): a grid lists its values from the most conservative (the smallest learning rate), so a
-larger step is taken only where it wins by more than the best point's own seed noise. Every point trains with
+error rule, ``select``): the first value a grid lists is its preferred one (the smallest learning rate; a
+knob's default), so a larger step is taken only where it wins by more than the best point's own seed noise. Every point trains with
 the profile's full budget at each tuning seed, and is scored on the held-out training-format instances
 (articles never trained on) — never on an evaluation set.
 
@@ -227,7 +227,8 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
     # a record searched from another configuration (the profile's settings have changed since) stands for none of
     # these points: its runs are reused only where their checkpoint names still match
     points = stored.get("points", []) if stored and tuning_is_current(stored, config) else []
-    done = {(p["axis"], repr(p["value"])): p for p in points}
+    # keyed by every override a point trained at: a later axis's point counts only at the earlier axes' choices
+    done = {repr(sorted(p["overrides"].items())): p for p in points}
     recorded = recorded_runs(tuning_path(workspace.results_dir, profile.name, method))
     axes = f"{len(grid)} {'axis' if len(grid) == 1 else 'axes'}"
     seeds = tuning_seeds(profile, config)
@@ -237,7 +238,7 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
     for index, (key, values) in enumerate(grid):
         lines.append(f"  {key}: {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in values)}")
         for value in values:
-            point = done.get((key, repr(value)))
+            point = done.get(repr(sorted({**chosen, key: value}.items())))
             if point is not None:
                 mrr = point.get("heldout_mrr")
                 lines.append(f"    {value!s:<10} done: held-out MRR {'failed' if mrr is None else f'{mrr:.4f}'}")
@@ -258,7 +259,7 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
                 else:
                     state = f"{checkpoint_state(folder)} -> {folder}"
                 lines.append(f"    {value!s:<10} seed {seed}: {state}")
-        scored = [done[(key, repr(v))] for v in values if (key, repr(v)) in done]
+        scored = [done[k] for k in (repr(sorted({**chosen, key: v}.items())) for v in values) if k in done]
         kept = select(scored)
         if len(scored) < len(values) or kept is None:
             rest = [k for k, _ in list(grid)[index + 1 :]]

@@ -17,7 +17,7 @@ def _args(workspace):
             "--cache-dir", str(workspace.cache_dir), "--reports-dir", str(workspace.reports_dir)]  # fmt: skip
 
 
-def test_tuning_trains_every_grid_point_and_keeps_the_held_out_best(workspace, capsys):
+def test_tuning_trains_every_grid_point_and_keeps_the_rules_choice(workspace, capsys):
     grid = PROFILES.get("smoke").tuning["infonce"]
     # --dry-run describes the search and trains nothing: only the first axis's points are known in advance
     assert run_all.main([*_args(workspace), "--tune", "--dry-run", "--methods", "infonce"]) == 0
@@ -115,24 +115,32 @@ def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(t
     assert lines[2].startswith("- not tuned yet (run at the profile's values): ")
     assert "dream" in lines[2] and "infonce" not in lines[2].split(";")[0]
     # a complete search that chose the profile's own value agrees with the profile, committed values or none
-    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": [point],
+    def at(value):  # the record's one point, at the value it chose
+        return [{**point, "value": value, "overrides": {"train.lr": value}}]
+
+    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": at(lr),
                                                      "chosen": {"train.lr": lr}, "selection": SELECTION}))  # fmt: skip
     agreed = tuning_section(tmp_path, "mini")[1][0]
     assert agreed == f"- infonce: chose {{'train.lr': {lr}}}; the profile uses these values."
-    # a choice made by another selection rule (the best mean alone, say) chooses nothing until --tune re-chooses
-    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": [point],
-                                                     "chosen": {"train.lr": lr}, "selection": "best mean"}))  # fmt: skip
+    # a choice another selection rule made (the best mean alone: 1e-3 by 0.015, within its error of 0.075) chooses
+    # nothing and marks no point until --tune re-chooses from the recorded runs
+    noisy = [{**_point(value, *mrrs), "axis": "train.lr", "overrides": {"train.lr": value}}
+             for value, mrrs in ((3e-4, (0.60, 0.62)), (1e-3, (0.55, 0.70)))]  # fmt: skip
+    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": noisy,
+                                                     "chosen": {"train.lr": 1e-3}, "selection": "best mean"}))  # fmt: skip
     from dreambench.report import searched_values
 
-    assert tuning_section(tmp_path, "mini")[1][0].startswith(
-        f"- infonce: chose {{'train.lr': {lr}}} by another selection rule ('best mean'), so it chooses nothing")
-    assert searched_values(tmp_path, "mini") == {}
-    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": [point],
+    table, lines = tuning_section(tmp_path, "mini")
+    assert lines[0].startswith("- infonce: chose {'train.lr': 0.001} by another selection rule ('best mean'; the "
+                               "current rule keeps {'train.lr': 0.0003}), so it chooses nothing")  # fmt: skip
+    assert table["chosen"].tolist()[:2] == ["", ""] and searched_values(tmp_path, "mini") == {}
+    assert table["MRR se"].tolist()[:2] == [pytest.approx(0.01), pytest.approx(0.075)]
+    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": at(lr),
                                                      "chosen": {"train.lr": lr}, "selection": SELECTION}))  # fmt: skip
     # what the claims call "searched values": a complete, current search whose choice the profile runs at
     assert searched_values(tmp_path, "mini") == {"infonce": {"train.lr": lr}}
     other = 1e-4 if lr != 1e-4 else 1e-3
-    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": [point],
+    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": at(other),
                                                      "chosen": {"train.lr": other}, "selection": SELECTION}))  # fmt: skip
     assert tuning_section(tmp_path, "mini")[1][0].startswith(
         f"- infonce: chose {{'train.lr': {other}}}, but the profile runs at {{'train.lr': {lr}}}: the main table "
@@ -172,7 +180,8 @@ def test_each_point_trains_at_every_tuning_seed_and_the_mean_decides(workspace, 
 
 
 def _point(value, *mrrs):
-    return {"value": value, "heldout_mrr": sum(mrrs) / len(mrrs), "seeds": [{"heldout_mrr": m} for m in mrrs]}
+    return {"value": value, "heldout_mrr": sum(mrrs) / len(mrrs),
+            "seeds": [{"seed": seed, "heldout_mrr": m} for seed, m in enumerate(mrrs)]}
 
 
 def test_an_axis_keeps_its_earliest_value_within_one_standard_error_of_the_best():
@@ -186,10 +195,43 @@ def test_an_axis_keeps_its_earliest_value_within_one_standard_error_of_the_best(
     assert select(drama)["value"] == 1e-3
     # the order of the grid decides among points within the error, not their scores: the earliest such is kept
     assert select([_point(1, 0.50, 0.70), _point(2, 0.62, 0.62), _point(3, 0.55, 0.75)])["value"] == 1
+    # the error allowed is the best point's, not the candidate's: a noisy earlier point does not win by its own noise
+    assert select([_point(1, 0.60, 0.80), _point(2, 0.75, 0.75)])["value"] == 2
+    best = _point(2, 0.5, 0.9)
+    floor = best["heldout_mrr"] - standard_error(best)  # at the floor an earlier point is kept, just below it is not
+    assert select([_point(1, floor), best])["value"] == 1 and select([_point(1, floor - 1e-9), best])["value"] == 2
+    # a seed without a finite score gives no error (and no crash); a point without a finite mean is passed over
+    assert standard_error(_point(1, 0.5, float("nan"))) is None and standard_error(_point(1, 0.5)) is None
+    assert select([{"value": 1, "heldout_mrr": float("nan"), "seeds": []}, _point(2, 0.4)])["value"] == 2
     # one seed: no error to allow, the best point, ties to the earlier; a point without a score is passed over
     assert select([_point(1, 0.6), _point(2, 0.61), _point(3, 0.61)])["value"] == 2
     assert select([{"value": 1, "heldout_mrr": None, "seeds": []}, _point(2, 0.4)])["value"] == 2
     assert select([{"value": 1, "heldout_mrr": None, "seeds": []}]) is None
+
+
+def test_a_search_keeps_the_smaller_rate_where_the_larger_wins_by_less_than_its_seed_noise(workspace, monkeypatch):
+    """The best mean (1e-3: 0.625 against 0.61) is within its standard error (0.075) of 3e-4's: the search keeps
+    3e-4, and --tune --dry-run and the report say the same."""
+    import dataclasses
+
+    from dreambench import tuning
+    from dreambench.report import tuning_section
+
+    mrr = {(3e-4, 0): 0.60, (3e-4, 1): 0.62, (1e-3, 0): 0.55, (1e-3, 1): 0.70}
+
+    def fake(method, config, ws):
+        return {"checkpoint": f"{config.train.lr:g}-{config.train.seed}",
+                "heldout_mrr": mrr[config.train.lr, config.train.seed], "train_seconds": 30.0}  # fmt: skip
+
+    monkeypatch.setattr(tuning, "_train_and_score", fake)
+    profile = dataclasses.replace(PROFILES.get("smoke"), tuning={"infonce": (("train.lr", (3e-4, 1e-3)),)},
+                                  tuning_seeds=(0, 1))  # fmt: skip
+    record = tuning.tune(profile, profile.config, "infonce", workspace)
+    assert record["chosen"] == {"train.lr": 3e-4} and record["points"][1]["heldout_mrr"] > record["points"][0]["heldout_mrr"]
+    lines = tuning.describe(profile, profile.config, "infonce", workspace)
+    assert sum(" done: held-out MRR " in line for line in lines) == 2
+    table, notes = tuning_section(workspace.results_dir, "smoke")
+    assert table["chosen"].tolist() == ["✔", ""] and table["MRR se"].tolist() == [pytest.approx(0.01), pytest.approx(0.075)]
 
 
 def test_a_resumed_search_takes_recorded_runs_and_trains_only_the_rest(workspace, monkeypatch):

@@ -14,7 +14,7 @@ from ..experiment import Profile
 from ..method import METHODS
 from ..profiles import PROFILES
 from ..results import SEED_MARK, ResultKey, iter_results, load_stage_records, load_tuning
-from ..search_basis import SELECTION, standard_error, tuning_is_current
+from ..search_basis import rechoose, standard_error, tuning_is_current
 from ..tasks import TASKS
 from .frame import dataset_order, row_label
 from .tables import markdown_table, recorded_minutes
@@ -155,8 +155,8 @@ def profile_values(profile: Profile, method: str, keys: Sequence[str]) -> dict[s
 def _search_state(profile: str, method: str, record: dict[str, Any]) -> str:
     """Where a stored search stands for ``profile`` as it is now: ``earlier`` (from an earlier configuration),
     ``not searched`` (the profile does not search ``method``), ``incomplete``, ``earlier rule`` (complete, but
-    its choice was made by another selection rule than ``search_basis.select``), ``used`` (the main table runs
-    at its choice) or ``not used``. A profile not registered takes every record as current and searched, and
+    its stored choice is not what ``search_basis.select`` chooses from its points: another rule made it),
+    ``used`` (the main table runs at its choice) or ``not used``. A profile not registered takes every record as current and searched, and
     its committed values as what it uses (none)."""
     spec = PROFILES.get(profile) if profile in PROFILES else None
     chosen = record.get("chosen") or {}
@@ -166,7 +166,7 @@ def _search_state(profile: str, method: str, record: dict[str, Any]) -> str:
         return "not searched"
     if not record["complete"]:
         return "incomplete"
-    if record.get("selection") != SELECTION:
+    if rechoose(record) != chosen:
         return "earlier rule"
     used = profile_values(spec, method, list(chosen)) if spec is not None else {}
     return "used" if used == chosen else "not used"
@@ -197,14 +197,14 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
     for method, record in records.items():
         chosen = record.get("chosen") or {}
         state = _search_state(profile, method, record)
-        current = state != "earlier"
+        current = state not in ("earlier", "earlier rule")  # a record that chooses nothing marks no point
         for n, point in enumerate(record["points"]):
             final_axis = current and record["complete"] and point["overrides"] == chosen
             rows.append({
                 "method": method, "#": n + 1, "axis": point["axis"].split(".")[-1], "value": point["value"],
                 "held-out MRR": point.get("heldout_mrr"), "held-out top-1": point.get("heldout_top1"),
                 "MRR per seed": _per_seed(point, _precision(record)),
-                "MRR se": standard_error(point) if len(point.get("seeds", [])) > 1 else None,
+                "MRR se": standard_error(point) if point.get("heldout_mrr") is not None else None,
                 "first loss": point.get("first_loss"), "final loss": point.get("final_loss"),
                 "chance loss": point.get("chance_loss"), "τ end": point.get("tau"), "g end": point.get("gate"),
                 "train min": (point.get("train_seconds") or 0) / 60 or None,
@@ -228,8 +228,9 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
                          f"`{_tune_command(profile, [method])}`; a run this record or its runs file holds is not "
                          f"trained again, one whose checkpoint is in the cache is loaded, any other is trained).")  # fmt: skip
         elif state == "earlier rule":
-            lines.append(f"- {method}: chose {chosen} by another selection rule ({record.get('selection')!r}), so "
-                         "it chooses nothing for the current profile; the main table runs at the profile's values "
+            lines.append(f"- {method}: chose {chosen} by another selection rule ({record.get('selection')!r}; "
+                         f"the current rule keeps {rechoose(record)}), so it chooses nothing for the current "
+                         "profile; the main table runs at the profile's values "
                          f"{used(method, axes)}; choose again from the recorded runs (nothing is trained again) "
                          f"with `{_tune_command(profile, [method])}`.")  # fmt: skip
         elif state == "used":  # the profile's values, committed or its own, are the choice
