@@ -15,8 +15,8 @@ from .method import METHODS
 
 SELECTION_METRIC = "mrr"  # held-out MRR of the target among the K candidates
 SELECTION = (f"held-out {SELECTION_METRIC} of the target among K, mean over the seeds; the earliest value of the "
-             "axis within one standard error (over the seeds) of the best point's mean (coordinate search, axes "
-             "in order)")  # fmt: skip
+             "axis within one standard error (the seed variance pooled over the axis) of the best point's mean "
+             "(coordinate search, axes in order)")  # fmt: skip
 
 
 def _seed_scores(point: Mapping[str, Any]) -> list[float]:
@@ -24,27 +24,34 @@ def _seed_scores(point: Mapping[str, Any]) -> list[float]:
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
-def standard_error(point: Mapping[str, Any]) -> float | None:
-    """The standard error of a point's mean held-out MRR over its seeds (sample sd / sqrt(n)); None with fewer than
-    two finite seed scores. With the two tuning seeds of ``mini`` it rests on one degree of freedom."""
-    values = _seed_scores(point)
-    if len(values) < 2:
+def standard_error(points: Sequence[Mapping[str, Any]], seeds: int) -> float | None:
+    """The standard error of a mean held-out MRR over ``seeds`` seeds, from the seed variance pooled over an axis's
+    ``points`` (each point's seeds about its own mean: sum of (seeds - 1) degrees of freedom, 3 for three rates at
+    two seeds; one point's own two seeds give 1, and can put its error near 0 by chance). None without a point
+    of two finite seed scores."""
+    squares, dof = 0.0, 0
+    for point in points:
+        values = _seed_scores(point)
+        if len(values) >= 2:
+            squares += statistics.variance(values) * (len(values) - 1)  # the point's sum of squares
+            dof += len(values) - 1
+    if dof == 0 or seeds < 1:
         return None
-    return statistics.stdev(values) / math.sqrt(len(values))
+    return math.sqrt(squares / dof) / math.sqrt(seeds)
 
 
 def select(points: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The point an axis keeps, by the one-standard-error rule (Breiman et al. 1984; Hastie, Tibshirani and
     Friedman, *The Elements of Statistical Learning*, §7.10): the earliest of ``points`` (grid order: the first
     value a grid lists is its preferred one, the smallest learning rate or the method's default) whose mean
-    held-out MRR is at least the best mean less the *best* point's standard error over its seeds. With one
-    tuning seed the error is 0 and this is the best point, ties going to the earlier. None where no point has a
-    finite score."""
+    held-out MRR is at least the best mean less the standard error of the best point's mean (the seed variance
+    pooled over the axis: ``standard_error``). With one tuning seed the error is 0 and this is the best point,
+    ties going to the earlier. None where no point has a finite score."""
     usable = [p for p in points if p.get("heldout_mrr") is not None and math.isfinite(p["heldout_mrr"])]
     if not usable:
         return None
     best = max(usable, key=lambda p: p["heldout_mrr"])  # max keeps the first of equal scores
-    floor = best["heldout_mrr"] - (standard_error(best) or 0.0)
+    floor = best["heldout_mrr"] - (standard_error(usable, len(_seed_scores(best))) or 0.0)
     return next((p for p in usable if p["heldout_mrr"] >= floor), best)
 
 

@@ -152,6 +152,18 @@ def profile_values(profile: Profile, method: str, keys: Sequence[str]) -> dict[s
     return values
 
 
+def _axis_error(record: dict[str, Any], point: dict[str, Any]) -> float | None:
+    """The standard error of ``point``'s mean, from the seed variance pooled over its axis's points (what the
+    search's rule allows the best point of the axis); None for a point without a score."""
+    if point.get("heldout_mrr") is None:
+        return None
+    axis = [p for p in record["points"] if p["axis"] == point["axis"]
+            and {k: v for k, v in p.get("overrides", {}).items() if k != p["axis"]}
+            == {k: v for k, v in point.get("overrides", {}).items() if k != point["axis"]}]  # fmt: skip
+    seeds = sum(r.get("heldout_mrr") is not None for r in point.get("seeds", []))
+    return standard_error(axis, seeds)
+
+
 def _search_state(profile: str, method: str, record: dict[str, Any]) -> str:
     """Where a stored search stands for ``profile`` as it is now: ``earlier`` (from an earlier configuration),
     ``not searched`` (the profile does not search ``method``), ``incomplete``, ``earlier rule`` (complete, but
@@ -204,7 +216,7 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
                 "method": method, "#": n + 1, "axis": point["axis"].split(".")[-1], "value": point["value"],
                 "held-out MRR": point.get("heldout_mrr"), "held-out top-1": point.get("heldout_top1"),
                 "MRR per seed": _per_seed(point, _precision(record)),
-                "MRR se": standard_error(point) if point.get("heldout_mrr") is not None else None,
+                "MRR se": _axis_error(record, point),
                 "first loss": point.get("first_loss"), "final loss": point.get("final_loss"),
                 "chance loss": point.get("chance_loss"), "τ end": point.get("tau"), "g end": point.get("gate"),
                 "train min": (point.get("train_seconds") or 0) / 60 or None,

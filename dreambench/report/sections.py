@@ -244,8 +244,8 @@ def tuning(ctx: ReportContext) -> list[str]:
         f"{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} and scored by the held-out MRR of the target "
         f"among K{', mean over the seeds' if len(seeds) > 1 else ''}; " + (
             "each axis keeps its earliest value (the smallest learning rate first) whose score is within one "
-            "standard error (*MRR se*, over the seeds) of the best point's: the one-standard-error rule, so a larger "
-            "step is taken only where it wins by more than the seed noise." if len(seeds) > 1 else
+            "standard error (*MRR se*: the seed variance pooled over the axis's points) of the best point's mean: the "
+            "one-standard-error rule, so a larger step is taken only where it wins by more than the seed noise." if len(seeds) > 1 else
             "each axis keeps its best point (one seed: no seed noise to allow for; ties to the earlier value).")
         + " The held-out numbers of the chosen points are optimistic; the evaluation sets were never used.",
         "",
