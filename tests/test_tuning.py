@@ -148,26 +148,37 @@ def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(t
     assert searched_values(tmp_path, "mini") == {}  # the main table does not run at the choice
 
 
+def _two_rate_profile():
+    import dataclasses
+
+    return dataclasses.replace(PROFILES.get("smoke"), tuning={"infonce": (("train.lr", (3e-4, 1e-3)),)},
+                               tuning_seeds=(0, 1))  # fmt: skip
+
+
+def _two_rate_search(workspace, monkeypatch, mrr, trained=None):
+    """A search over lr 3e-4 and 1e-3 at seeds 0 and 1 whose runs score ``mrr[lr, seed]`` (nothing trains)."""
+    from dreambench import tuning
+
+    def fake(method, config, ws):
+        if trained is not None:
+            trained.append((config.train.lr, config.train.seed))
+        return {"checkpoint": f"{config.train.lr:g}-{config.train.seed}",
+                "heldout_mrr": mrr[config.train.lr, config.train.seed], "train_seconds": 30.0}  # fmt: skip
+
+    monkeypatch.setattr(tuning, "_train_and_score", fake)
+    profile = _two_rate_profile()
+    return tuning.tune(profile, profile.config, "infonce", workspace)
+
+
 def test_each_point_trains_at_every_tuning_seed_and_the_mean_decides(workspace, monkeypatch):
     """Seed 0 alone would pick lr 1e-3 (0.70 against 0.60); the mean over seeds 0 and 1 picks 3e-4 (0.60 against
     0.45), and the main table's runs at those seeds are the chosen point's runs."""
-    import dataclasses
-
     from dreambench import tuning
     from dreambench.report import tuning_section
 
     mrr = {(3e-4, 0): 0.60, (3e-4, 1): 0.60, (1e-3, 0): 0.70, (1e-3, 1): 0.20}
     trained = []
-
-    def fake(method, config, ws):
-        trained.append((config.train.lr, config.train.seed))
-        return {"checkpoint": f"{config.train.lr:g}-{config.train.seed}",
-                "heldout_mrr": mrr[config.train.lr, config.train.seed], "train_seconds": 30.0}  # fmt: skip
-
-    monkeypatch.setattr(tuning, "_train_and_score", fake)
-    profile = dataclasses.replace(PROFILES.get("smoke"), tuning={"infonce": (("train.lr", (3e-4, 1e-3)),)},
-                                  tuning_seeds=(0, 1))  # fmt: skip
-    record = tuning.tune(profile, profile.config, "infonce", workspace)
+    record = _two_rate_search(workspace, monkeypatch, mrr, trained)
     assert trained == [(3e-4, 0), (3e-4, 1), (1e-3, 0), (1e-3, 1)]
     assert record["chosen"] == {"train.lr": 3e-4} and record["seeds"] == [0, 1]
     first, second = record["points"]
@@ -176,7 +187,8 @@ def test_each_point_trains_at_every_tuning_seed_and_the_mean_decides(workspace, 
     table, _ = tuning_section(workspace.results_dir, "smoke")
     # smoke trains in fp32 (an explicit precision): each run is labelled with it, whatever the CPU
     assert table["MRR per seed"].tolist() == ["0: 0.600 fp32 / 1: 0.600 fp32", "0: 0.700 fp32 / 1: 0.200 fp32"]
-    assert tuning.tuning_seeds(PROFILES.get("smoke"), profile.config) == (profile.config.train.seed,)
+    config = _two_rate_profile().config
+    assert tuning.tuning_seeds(PROFILES.get("smoke"), config) == (config.train.seed,)
 
 
 def _point(value, *mrrs):
@@ -215,21 +227,13 @@ def test_an_axis_keeps_its_earliest_value_within_one_standard_error_of_the_best(
 def test_a_search_keeps_the_smaller_rate_where_the_larger_wins_by_less_than_its_seed_noise(workspace, monkeypatch):
     """The best mean (1e-3: 0.625 against 0.61) is within its standard error (0.054, pooled over the axis) of
     3e-4's: the search keeps 3e-4, and --tune --dry-run and the report say the same."""
-    import dataclasses
 
     from dreambench import tuning
     from dreambench.report import tuning_section
 
     mrr = {(3e-4, 0): 0.60, (3e-4, 1): 0.62, (1e-3, 0): 0.55, (1e-3, 1): 0.70}
-
-    def fake(method, config, ws):
-        return {"checkpoint": f"{config.train.lr:g}-{config.train.seed}",
-                "heldout_mrr": mrr[config.train.lr, config.train.seed], "train_seconds": 30.0}  # fmt: skip
-
-    monkeypatch.setattr(tuning, "_train_and_score", fake)
-    profile = dataclasses.replace(PROFILES.get("smoke"), tuning={"infonce": (("train.lr", (3e-4, 1e-3)),)},
-                                  tuning_seeds=(0, 1))  # fmt: skip
-    record = tuning.tune(profile, profile.config, "infonce", workspace)
+    record = _two_rate_search(workspace, monkeypatch, mrr)
+    profile = _two_rate_profile()
     assert record["chosen"] == {"train.lr": 3e-4} and record["points"][1]["heldout_mrr"] > record["points"][0]["heldout_mrr"]
     lines = tuning.describe(profile, profile.config, "infonce", workspace)
     assert sum(" done: held-out MRR " in line for line in lines) == 2
