@@ -40,8 +40,8 @@ class Profile:
     # the method: main table, seeds and ablations alike)
     tuning: Mapping[str, Grid] = field(default_factory=dict)
     tuned: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    # the training seeds every grid point runs at (scored by the mean held-out MRR over them; an axis keeps its
-    # earliest value within one standard error of the best: search_basis.select); empty: train.seed only
+    # the training seeds every grid point runs at (scored by the mean held-out MRR over them; an axis keeps
+    # its earliest value within one standard error of the best: search_basis.select); empty: train.seed only
     tuning_seeds: tuple[int, ...] = ()
     # whether it runs without the internet (a main-table method that needs it is listed, not run)
     offline: bool = True

@@ -1,6 +1,6 @@
 """The basis of a tuning search: the fingerprint of what its runs depend on, stored in its record as ``basis``, by
 which the report and ``--tune`` judge whether a stored search still belongs to the profile's configuration; and
-the rule by which an axis of the search keeps a value (``select``), which ``--tune`` and the report share."""
+the rule by which an axis keeps a value (``select``), which ``--tune`` and the report share."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from .data.training import data_fingerprint
 from .method import METHODS
 
 SELECTION_METRIC = "mrr"  # held-out MRR of the target among the K candidates
-SELECTION = (f"held-out {SELECTION_METRIC} of the target among K, mean over the seeds; the earliest value of the "
-             "axis within one standard error (the seed variance pooled over the axis) of the best point's mean "
-             "(coordinate search, axes in order)")  # fmt: skip
+SELECTION = (f"held-out {SELECTION_METRIC} of the target among K, mean over the seeds; the earliest value of "
+             "the axis within one standard error (the seed variance pooled over the axis) of the best point's "
+             "mean (coordinate search, axes in order)")  # fmt: skip
 
 
 def _seed_scores(point: Mapping[str, Any]) -> list[float]:
@@ -24,11 +24,19 @@ def _seed_scores(point: Mapping[str, Any]) -> list[float]:
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
+def axis_points(
+    points: Sequence[Mapping[str, Any]], key: str, earlier: Mapping[str, Any]
+) -> list[Mapping[str, Any]]:
+    """The points of axis ``key`` that trained with the earlier axes at ``earlier`` (in grid order)."""
+    return [p for p in points if p["axis"] == key
+            and {k: v for k, v in p.get("overrides", {}).items() if k != key} == dict(earlier)]  # fmt: skip
+
+
 def standard_error(points: Sequence[Mapping[str, Any]], seeds: int) -> float | None:
-    """The standard error of a mean held-out MRR over ``seeds`` seeds, from the seed variance pooled over an axis's
-    ``points`` (each point's seeds about its own mean: sum of (seeds - 1) degrees of freedom, 3 for three rates at
-    two seeds; one point's own two seeds give 1, and can put its error near 0 by chance). None without a point
-    of two finite seed scores."""
+    """The standard error of a mean held-out MRR over ``seeds`` seeds, from the seed variance pooled over an
+    axis's ``points`` (each point's seeds about its own mean: sum of (seeds - 1) degrees of freedom, 3 for three
+    rates at two seeds; one point's own two seeds give 1, and can put its error near 0 by chance). None without
+    a point of two finite seed scores."""
     squares, dof = 0.0, 0
     for point in points:
         values = _seed_scores(point)
@@ -63,9 +71,7 @@ def rechoose(record: Mapping[str, Any]) -> dict[str, Any] | None:
                               or [p["axis"] for p in record.get("points", [])]))  # fmt: skip
     chosen: dict[str, Any] = {}
     for key in axes:
-        points = [p for p in record.get("points", []) if p["axis"] == key
-                  and {k: v for k, v in p.get("overrides", {}).items() if k != key} == chosen]  # fmt: skip
-        kept = select(points)
+        kept = select(axis_points(record.get("points", []), key, chosen))
         if kept is None:
             return None
         chosen[key] = kept["value"]

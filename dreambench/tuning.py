@@ -5,11 +5,12 @@ its candidate values; the learning rate first for every method). The search is c
 time in the declared order: every value of the axis is trained with the axes already searched at their
 chosen values and the others at the profile's values, and each point is scored by the held-out MRR of the
 target among the K candidates, averaged over the profile's tuning seeds (``Profile.tuning_seeds``). The value
-kept is the earliest in the grid whose score is within one standard error of the best point's (the one-standard-
-error rule, ``select``): the first value a grid lists is its preferred one (the smallest learning rate; a
-knob's default), so a larger step is taken only where it wins by more than the best point's own seed noise. Every point trains with
-the profile's full budget at each tuning seed, and is scored on the held-out training-format instances
-(articles never trained on) — never on an evaluation set.
+kept is the earliest in the grid whose score is within one standard error of the best point's (the
+one-standard-error rule, ``search_basis.select``, the error from the seed variance pooled over the axis): the
+first value a grid lists is its preferred one (the smallest learning rate; a knob's default), so a larger
+step is taken only where it wins by more than the seed noise. Every point trains with the profile's full
+budget at each tuning seed, and is scored on the held-out training-format instances (articles never trained
+on) — never on an evaluation set.
 
 A point is an ordinary training run: its checkpoint is keyed by the configuration like any other, so an
 interrupted search resumes, and the chosen point's runs *are* the main table's runs at those seeds (trained
@@ -212,8 +213,9 @@ def tune(
         if kept is None:
             raise RuntimeError(f"tuning {method}: no point of axis {key} trained (see {path})")
         chosen[key] = kept["value"]
-        log.info("tuning %s: %s = %s (held-out MRR %.4f, mean of %d seeds; the earliest within one standard "
-                 "error of the best)", method, key, kept["value"], kept["heldout_mrr"], len(seeds))  # fmt: skip
+        log.info("tuning %s: %s = %s (held-out MRR %.4f, mean of %d seeds; the earliest within one "
+                 "standard error of the best)", method, key, kept["value"], kept["heldout_mrr"],
+                 len(seeds))  # fmt: skip
     return _write(path, profile, config, method, grid, seeds, points, chosen, complete=True)
 
 
@@ -227,8 +229,10 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
     # a record searched from another configuration (the profile's settings have changed since) stands for none of
     # these points: its runs are reused only where their checkpoint names still match
     points = stored.get("points", []) if stored and tuning_is_current(stored, config) else []
-    # keyed by every override a point trained at: a later axis's point counts only at the earlier axes' choices
-    done = {repr(sorted(p["overrides"].items())): p for p in points}
+    def ident(overrides: Mapping[str, Any]) -> str:  # a later axis's point counts only at the earlier choices
+        return repr(sorted(overrides.items()))
+
+    done = {ident(p["overrides"]): p for p in points}
     recorded = recorded_runs(tuning_path(workspace.results_dir, profile.name, method))
     axes = f"{len(grid)} {'axis' if len(grid) == 1 else 'axes'}"
     seeds = tuning_seeds(profile, config)
@@ -238,7 +242,7 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
     for index, (key, values) in enumerate(grid):
         lines.append(f"  {key}: {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in values)}")
         for value in values:
-            point = done.get(repr(sorted({**chosen, key: value}.items())))
+            point = done.get(ident({**chosen, key: value}))
             if point is not None:
                 mrr = point.get("heldout_mrr")
                 lines.append(f"    {value!s:<10} done: held-out MRR {'failed' if mrr is None else f'{mrr:.4f}'}")
@@ -259,7 +263,7 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
                 else:
                     state = f"{checkpoint_state(folder)} -> {folder}"
                 lines.append(f"    {value!s:<10} seed {seed}: {state}")
-        scored = [done[k] for k in (repr(sorted({**chosen, key: v}.items())) for v in values) if k in done]
+        scored = [done[ident({**chosen, key: v})] for v in values if ident({**chosen, key: v}) in done]
         kept = select(scored)
         if len(scored) < len(values) or kept is None:
             rest = [k for k, _ in list(grid)[index + 1 :]]

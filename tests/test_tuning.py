@@ -213,10 +213,12 @@ def test_an_axis_keeps_its_earliest_value_within_one_standard_error_of_the_best(
     # the order of the grid decides among points within the error, not their scores: the earliest such is kept
     assert select([_point(1, 0.50, 0.70), _point(2, 0.62, 0.62), _point(3, 0.55, 0.75)])["value"] == 1
     best = _point(2, 0.5, 0.9)
-    floor = best["heldout_mrr"] - standard_error([best], 2)  # at the floor an earlier point is kept, below it not
-    assert select([_point(1, floor), best])["value"] == 1 and select([_point(1, floor - 1e-9), best])["value"] == 2
+    floor = best["heldout_mrr"] - standard_error([best], 2)  # at the floor an earlier point is kept, not below
+    assert select([_point(1, floor), best])["value"] == 1
+    assert select([_point(1, floor - 1e-9), best])["value"] == 2
     # a seed without a finite score gives no error (and no crash); a point without a finite mean is passed over
-    assert standard_error([_point(1, 0.5, float("nan"))], 2) is None and standard_error([_point(1, 0.5)], 1) is None
+    assert standard_error([_point(1, 0.5, float("nan"))], 2) is None
+    assert standard_error([_point(1, 0.5)], 1) is None
     assert select([{"value": 1, "heldout_mrr": float("nan"), "seeds": []}, _point(2, 0.4)])["value"] == 2
     # one seed: no error to allow, the best point, ties to the earlier; a point without a score is passed over
     assert select([_point(1, 0.6), _point(2, 0.61), _point(3, 0.61)])["value"] == 2
@@ -234,7 +236,8 @@ def test_a_search_keeps_the_smaller_rate_where_the_larger_wins_by_less_than_its_
     mrr = {(3e-4, 0): 0.60, (3e-4, 1): 0.62, (1e-3, 0): 0.55, (1e-3, 1): 0.70}
     record = _two_rate_search(workspace, monkeypatch, mrr)
     profile = _two_rate_profile()
-    assert record["chosen"] == {"train.lr": 3e-4} and record["points"][1]["heldout_mrr"] > record["points"][0]["heldout_mrr"]
+    first, second = record["points"]
+    assert record["chosen"] == {"train.lr": 3e-4} and second["heldout_mrr"] > first["heldout_mrr"]
     lines = tuning.describe(profile, profile.config, "infonce", workspace)
     assert sum(" done: held-out MRR " in line for line in lines) == 2
     table, notes = tuning_section(workspace.results_dir, "smoke")

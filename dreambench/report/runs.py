@@ -14,7 +14,7 @@ from ..experiment import Profile
 from ..method import METHODS
 from ..profiles import PROFILES
 from ..results import SEED_MARK, ResultKey, iter_results, load_stage_records, load_tuning
-from ..search_basis import rechoose, standard_error, tuning_is_current
+from ..search_basis import axis_points, rechoose, standard_error, tuning_is_current
 from ..tasks import TASKS
 from .frame import dataset_order, row_label
 from .tables import markdown_table, recorded_minutes
@@ -157,19 +157,17 @@ def _axis_error(record: dict[str, Any], point: dict[str, Any]) -> float | None:
     search's rule allows the best point of the axis); None for a point without a score."""
     if point.get("heldout_mrr") is None:
         return None
-    axis = [p for p in record["points"] if p["axis"] == point["axis"]
-            and {k: v for k, v in p.get("overrides", {}).items() if k != p["axis"]}
-            == {k: v for k, v in point.get("overrides", {}).items() if k != point["axis"]}]  # fmt: skip
+    earlier = {k: v for k, v in point.get("overrides", {}).items() if k != point["axis"]}
     seeds = sum(r.get("heldout_mrr") is not None for r in point.get("seeds", []))
-    return standard_error(axis, seeds)
+    return standard_error(axis_points(record["points"], point["axis"], earlier), seeds)
 
 
 def _search_state(profile: str, method: str, record: dict[str, Any]) -> str:
     """Where a stored search stands for ``profile`` as it is now: ``earlier`` (from an earlier configuration),
     ``not searched`` (the profile does not search ``method``), ``incomplete``, ``earlier rule`` (complete, but
     its stored choice is not what ``search_basis.select`` chooses from its points: another rule made it),
-    ``used`` (the main table runs at its choice) or ``not used``. A profile not registered takes every record as current and searched, and
-    its committed values as what it uses (none)."""
+    ``used`` (the main table runs at its choice) or ``not used``. A profile not registered takes every record
+    as current and searched, and its committed values as what it uses (none)."""
     spec = PROFILES.get(profile) if profile in PROFILES else None
     chosen = record.get("chosen") or {}
     if spec is not None and not tuning_is_current(record, spec.config):
@@ -242,9 +240,9 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
         elif state == "earlier rule":
             lines.append(f"- {method}: chose {chosen} by another selection rule ({record.get('selection')!r}; "
                          f"the current rule keeps {rechoose(record)}), so it chooses nothing for the current "
-                         "profile; the main table runs at the profile's values "
-                         f"{used(method, axes)}; choose again from the recorded runs (nothing is trained again) "
-                         f"with `{_tune_command(profile, [method])}`.")  # fmt: skip
+                         f"profile; the main table runs at the profile's values {used(method, axes)}; choose "
+                         "again from the recorded runs (nothing is trained again) with "
+                         f"`{_tune_command(profile, [method])}`.")  # fmt: skip
         elif state == "used":  # the profile's values, committed or its own, are the choice
             lines.append(f"- {method}: chose {chosen}; the profile uses these values.")
         else:

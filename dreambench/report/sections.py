@@ -241,12 +241,13 @@ def tuning(ctx: ReportContext) -> list[str]:
         "",
         "Per trained method, a coordinate search over its declared grid (learning rate first, the same axis "
         "for every method, then the method's own knobs), each point trained with the full budget at seed"
-        f"{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} and scored by the held-out MRR of the target "
-        f"among K{', mean over the seeds' if len(seeds) > 1 else ''}; " + (
-            "each axis keeps its earliest value (the smallest learning rate first) whose score is within one "
-            "standard error (*MRR se*: the seed variance pooled over the axis's points) of the best point's mean: the "
-            "one-standard-error rule, so a larger step is taken only where it wins by more than the seed noise." if len(seeds) > 1 else
-            "each axis keeps its best point (one seed: no seed noise to allow for; ties to the earlier value).")
+        f"{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} and scored by the held-out MRR of the "
+        f"target among K{', mean over the seeds' if len(seeds) > 1 else ''}; "
+        + ("each axis keeps its earliest value (the smallest learning rate first) whose score is within one "
+           "standard error (*MRR se*: the seed variance pooled over the axis's points) of the best point's mean: "
+           "the one-standard-error rule, so a larger step is taken only where it wins by more than the seed "
+           "noise." if len(seeds) > 1 else
+           "each axis keeps its best point (one seed: no seed noise to allow for; ties to the earlier value).")
         + " The held-out numbers of the chosen points are optimistic; the evaluation sets were never used.",
         "",
         *([markdown_table(table.set_index(["method", "#"]), ".4g"), ""] if not table.empty else []),
