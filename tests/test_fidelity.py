@@ -90,7 +90,8 @@ def test_every_recorded_value_is_the_one_its_profile_runs():
 
 def test_values_are_read_after_the_main_experiments_overrides():
     mini = PROFILES.get("mini")
-    assert actual_value("train.lr", mini, "infonce") == MINI_TUNED["infonce"]["train.lr"]  # the search's choice
+    assert MINI_TUNED["drama"]["train.lr"] != mini.config.train.lr  # the search's choice, not the profile's
+    assert actual_value("train.lr", mini, "drama") == MINI_TUNED["drama"]["train.lr"]
     assert actual_value("methods.dream.tau_init", mini, "dream") == mini.config.methods["dream"]["tau_init"]
     tuned = _with_main_override(mini, "dream", **{"train.lr": 1e-3, "methods.dream.tau_init": 0.02})
     assert actual_value("methods.dream.tau_init", tuned, "dream") == 0.02
