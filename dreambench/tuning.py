@@ -37,7 +37,7 @@ from .results import load_tuning
 from .runner import held_lock
 from .search_basis import SELECTION, select, tuning_basis, tuning_is_current
 from .training.trainer import TrainingDiverged, checkpoint_state
-from .workspace import Workspace, git_info, machine_info, write_json_atomic
+from .workspace import Workspace, file_lock, git_info, machine_info, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +126,33 @@ def recorded_runs(path: Path) -> dict[str, dict[str, Any]]:
     return {run["checkpoint"]: run for run in runs if run.get("checkpoint") and not run.get("failed")}
 
 
-def _record_run(path: Path, run: dict[str, Any]) -> None:
-    done = json.loads(runs_path(path).read_text()) if runs_path(path).is_file() else {}
-    write_json_atomic(runs_path(path), {**done, run["checkpoint"]: run})
+def _record_run(path: Path, run: dict[str, Any], workspace: Workspace) -> None:
+    # read, add, write under a lock: shards of one search (--tune --shard) finish runs at the same time
+    lock = workspace.cache("locks") / f"tuning-{path.parent.parent.name}-{path.stem}.lock"
+    with file_lock(lock, f"another process is recording a run of {path.stem}'s search; waiting for it"):
+        done = json.loads(runs_path(path).read_text()) if runs_path(path).is_file() else {}
+        write_json_atomic(runs_path(path), {**done, run["checkpoint"]: run})
+
+
+def _recorded_run(
+    method: str, seeded: RunConfig, workspace: Workspace, recorded: Mapping[str, dict[str, Any]] | None
+) -> tuple[str, dict[str, Any] | None]:
+    """The run a search's records hold for the configuration ``seeded`` on the training data built here (None:
+    it is to train), with the checkpoint name that keys it."""
+    name = METHODS.get(method)(seeded, workspace, "tune").checkpoint_dir().name
+    # the checkpoint name keys the configuration; the data's own fingerprint (its construction version, the
+    # generator's prompt, the source package) must match too, or the run is trained again
+    run = (recorded or {}).get(name)
+    if run is not None and run.get("training_data") != data_fingerprint(seeded.data):
+        return name, None  # another construction of the data
+    if run is not None and run.get("training_data_sha256"):
+        built = load_training_data(seeded, workspace).sha256
+        if run["training_data_sha256"] != built:
+            log.warning("tuning %s seed %d: the recorded run read other instances (sha256 %s, built here %s): "
+                        "trained again", method, seeded.train.seed, run["training_data_sha256"][:12],
+                        (built or "?")[:12])  # fmt: skip
+            return name, None
+    return name, run
 
 
 def _score_point(
@@ -144,30 +168,19 @@ def _score_point(
     runs = []
     for seed in seeds:
         seeded = apply_overrides(config, {"train.seed": seed}, where=f"tuning {method} seed {seed}")
-        folder = METHODS.get(method)(seeded, workspace, "tune").checkpoint_dir()
-        name = folder.name
-        # the checkpoint name keys the configuration; the data's own fingerprint (its construction version, the
-        # generator's prompt, the source package) must match too, or the run is trained again
-        data = data_fingerprint(seeded.data)
-        run = (recorded or {}).get(name)
-        if run is not None and run.get("training_data") != data:
-            run = None  # another construction of the data
-        if run is not None and run.get("training_data_sha256"):
-            built = load_training_data(seeded, workspace).sha256
-            if run["training_data_sha256"] != built:
-                log.warning("tuning %s seed %d: the recorded run read other instances (sha256 %s, built here %s): "
-                            "trained again", method, seed, run["training_data_sha256"][:12], (built or "?")[:12])
-                run = None
+        name, run = _recorded_run(method, seeded, workspace, recorded)
         if run is not None:
             log.info("tuning %s seed %d: recorded in the tuning record (%s), not trained again", method, seed, name)
             runs.append({**run, "seed": seed, "reused": True})
         else:
+            folder = METHODS.get(method)(seeded, workspace, "tune").checkpoint_dir()
             cached = checkpoint_state(folder) == "trained weights cached"  # then it is loaded, not trained
-            runs.append({"seed": seed, **_train_and_score(method, seeded, workspace), "training_data": data})
+            runs.append({"seed": seed, **_train_and_score(method, seeded, workspace),
+                         "training_data": data_fingerprint(seeded.data)})  # fmt: skip
             if on_run is not None and not cached:
                 on_run()
         if record_to is not None and not runs[-1].get("failed"):
-            _record_run(record_to, {k: v for k, v in runs[-1].items() if k != "reused"})
+            _record_run(record_to, {k: v for k, v in runs[-1].items() if k != "reused"}, workspace)
     point: dict[str, Any] = {"seeds": runs}
     for key in MEANS:
         values = [r.get(key) for r in runs]
@@ -185,10 +198,16 @@ def _score_point(
 
 
 def tune(
-    profile: Profile, config: RunConfig, method: str, workspace: Workspace, on_run: Callable[[], object] | None = None
-) -> dict[str, Any]:
+    profile: Profile, config: RunConfig, method: str, workspace: Workspace, on_run: Callable[[], object] | None = None,
+    shard: tuple[int, int] | None = None,
+) -> dict[str, Any] | None:
     """Run (or resume) the coordinate search for ``method``; write and return its tuning record (``on_run``: called
-    after each run it trains, not after those it takes from the records)."""
+    after each run it trains, not after those it takes from the records).
+
+    ``shard`` (I, N), ``--tune --shard I/N``: this process trains every N-th run of an axis, from its I-th, the
+    runs being the axis's values × the tuning seeds in grid order; it goes on to the next axis only once every
+    run of this one is recorded (by any shard), and otherwise returns None without writing the record, leaving
+    the choice to a later ``--tune`` that finds every run recorded."""
     grid = profile.tuning[method]
     seeds = tuning_seeds(profile, config)
     path = tuning_path(workspace.results_dir, profile.name, method)
@@ -197,6 +216,11 @@ def tune(
     points: list[dict[str, Any]] = []
     seen: dict[str, dict[str, Any]] = {}
     for key, values in grid:
+        if shard is not None:
+            share = _train_share(method, config, chosen, key, values, seeds, workspace, path, shard, on_run)
+            if share is None:
+                return None
+            recorded = share
         scored = []
         for value in values:
             overrides = {**chosen, key: value}
@@ -217,6 +241,32 @@ def tune(
                  "standard error of the best)", method, key, kept["value"], kept["heldout_mrr"],
                  len(seeds))  # fmt: skip
     return _write(path, profile, config, method, grid, seeds, points, chosen, complete=True)
+
+
+def _train_share(
+    method: str, config: RunConfig, chosen: Mapping[str, Any], key: str, values: Sequence[Any],
+    seeds: Sequence[int], workspace: Workspace, path: Path, shard: tuple[int, int],
+    on_run: Callable[[], object] | None,
+) -> dict[str, dict[str, Any]] | None:  # fmt: skip
+    """A shard's runs of one axis (every N-th of its values × seeds, from the I-th), each trained and recorded
+    unless the records hold it; then the records if every run of the axis is in them, else None."""
+    index, count = shard
+    runs = [(value, seed) for value in values for seed in seeds]
+    for value, seed in runs[index::count]:
+        point_config = apply_overrides(config, {**chosen, key: value}, where=f"tuning {method}")
+        _score_point(method, point_config, [seed], workspace, recorded_runs(path), path, on_run)
+    recorded = recorded_runs(path)
+    missing = []
+    for value, seed in runs:
+        seeded = apply_overrides(config, {**chosen, key: value, "train.seed": seed}, where=f"tuning {method}")
+        if _recorded_run(method, seeded, workspace, recorded)[1] is None:
+            missing.append(f"{_label({key: value})} seed {seed}")
+    if missing:
+        log.info("tuning %s, shard %d/%d: its runs of axis %s are recorded; %d of the axis's %d runs are not yet "
+                 "(%s): run --tune again once the other shards have finished", method, index, count, key,
+                 len(missing), len(runs), "; ".join(missing))  # fmt: skip
+        return None
+    return recorded
 
 
 def describe(profile: Profile, config: RunConfig, method: str, workspace: Workspace) -> list[str]:

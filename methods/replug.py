@@ -31,7 +31,7 @@ from dreambench.data.loader import CandidateBatch
 from dreambench.method import TrainedDenseMethod, register_method
 from dreambench.models.backbones import autocast_dtype
 from dreambench.models.lm import LAYOUTS, LanguageModel, build_judge_inputs, judge_layout
-from dreambench.workspace import Workspace, atomic_path
+from dreambench.workspace import Workspace, atomic_path, build_lock
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +191,18 @@ class Replug(TrainedDenseMethod):
         settings = {**{k: v for k, v in asdict(p).items() if k not in unused}, "judge": self.judge_name}
         cache = LikelihoodCache.for_instances(self.workspace, self.judge_name, instances, settings)
         records = cache.read()
+        missing = [inst for inst in instances if inst.id not in records]
+        if missing and distributed.world_size() == 1:
+            # another process scoring the same instances (a second --shard, a search's next run) is waited for,
+            # then its lines are read, not computed again; the ranks of one launch share the work instead
+            with build_lock(cache.path, "REPLUG's judge likelihoods"):
+                records = cache.read()
+                return self._score_missing(instances, cache, records, p)
+        return self._score_missing(instances, cache, records, p)
+
+    def _score_missing(
+        self, instances: list, cache: LikelihoodCache, records: dict[str, dict[str, Any]], p: ReplugParams
+    ) -> dict[str, list[float]]:
         missing = [inst for inst in instances if inst.id not in records]
         calls = 0
         if missing:

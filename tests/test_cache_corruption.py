@@ -66,6 +66,38 @@ def test_a_damaged_head_ranking_is_named_and_computed_again(workspace, caplog):
     assert again == first and f"{path} is unreadable" in caplog.text
 
 
+def test_a_second_process_waits_for_the_head_ranking_another_is_computing_and_reads_it(workspace, monkeypatch, caplog):
+    """Two DREAM runs side by side (a search's seeds, shards of a plan) need the same ranking: the second waits
+    on its build lock, then reads the file the first wrote instead of ranking the heads again."""
+    import threading
+    import time
+
+    from filelock import FileLock
+
+    from dreambench.data.training import load_training_data
+    from dreambench.models.lm import LanguageModel
+    from dreambench.studies.dream import heads
+
+    judge = LanguageModel.load("tiny-llama", workspace).eval()
+    probe = load_training_data(SMOKE, workspace).probe
+    first = heads.load_or_rank_heads(judge, probe, workspace, 4, 64, 32)
+    (path,) = (workspace.cache_dir / "heads").glob("*.json")
+    text = path.read_text()
+    path.unlink()  # as if the first process were still ranking
+    held = FileLock(str(path.parent / f".{path.name}.lock"))
+    held.acquire()
+    monkeypatch.setattr(heads, "head_scores", lambda *a, **k: pytest.fail("ranked again while another process ranks"))
+    second = []
+    thread = threading.Thread(target=lambda: second.append(heads.load_or_rank_heads(judge, probe, workspace, 4, 64, 32)))
+    thread.start()
+    time.sleep(0.5)
+    assert not second  # waiting
+    path.write_text(text)
+    held.release()
+    thread.join(timeout=60)
+    assert second == [first] and "another process is building the head ranking" in caplog.text
+
+
 def test_the_head_ranking_is_computed_in_fp32_on_a_cpu_whatever_the_training_precision(workspace, monkeypatch):
     """Precision auto is bf16 autocast only on a CPU with native bf16; the ranking, computed once per judge and
     probe set, must not depend on which machine computed it, so on a CPU it runs in fp32 and says so."""

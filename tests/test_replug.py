@@ -112,3 +112,40 @@ def test_lm_distribution_stats_are_entropy_and_one_hot_share_by_hand():
     assert stats["lm_one_hot_share"] == 0.5
     # a higher η flattens P_LM: at η = 100 the second instance is no longer one-hot
     assert lm_distribution_stats([[0.0, -100.0]], eta=100.0)["lm_one_hot_share"] == 0.0
+
+
+def test_a_second_process_waits_for_the_likelihoods_another_is_scoring_and_reads_them(workspace, monkeypatch, caplog):
+    """Two processes that need the same likelihoods (shards of a plan, a search's runs side by side): the second
+    waits on the cache's build lock, then reads what the first wrote instead of loading the judge again."""
+    import threading
+    import time
+
+    from filelock import FileLock
+
+    from dreambench.models.lm import LanguageModel
+
+    method, _, _ = replug(workspace)
+    path = method.cache_stats["likelihood_cache"]
+    from pathlib import Path
+
+    path = Path(path)
+    lines = path.read_text()
+    path.unlink()  # as if the first process were still scoring
+    held = FileLock(str(path.parent / f".{path.name}.lock"))
+    held.acquire()
+
+    def no_judge(*args, **kwargs):
+        raise AssertionError("the judge was loaded although another process scored every likelihood")
+
+    monkeypatch.setattr(LanguageModel, "load", no_judge)
+    second = []
+    thread = threading.Thread(target=lambda: second.append(replug(workspace)[0]))
+    thread.start()
+    time.sleep(0.5)
+    assert not second  # waiting
+    path.write_text(lines)  # the first process's lines, then its lock is released
+    held.release()
+    thread.join(timeout=60)
+    (again,) = second
+    assert again.cache_stats["judge_calls_this_run"] == 0 and again.likelihoods == method.likelihoods
+    assert "another process is building REPLUG's judge likelihoods" in caplog.text

@@ -433,3 +433,69 @@ def test_a_search_from_an_earlier_configuration_chooses_nothing_for_the_current_
         (results / "infonce.json").write_text(json.dumps({"method": "infonce", "points": points, "basis": basis}))
         lines = "\n".join(tuning.describe(smoke, smoke.config, "infonce", workspace))
         assert lines.count(" done: held-out MRR ") == done
+
+
+def test_shards_of_a_search_each_train_their_share_and_a_plain_tune_then_chooses(workspace, monkeypatch, capsys):
+    """``--tune --shard I/N``: shard I trains runs I, I + N, … of the axis (values × seeds in grid order) and
+    records them; a shard that finds runs of the axis still unrecorded writes no choice; once every run is
+    recorded, the last shard to finish (or a plain ``--tune``) chooses exactly as an unsharded search does, and
+    trains nothing again."""
+    from dreambench import tuning
+
+    mrr = {(3e-4, 0): 0.60, (3e-4, 1): 0.62, (1e-3, 0): 0.70, (1e-3, 1): 0.72}
+    trained = []
+
+    def fake(method, config, ws):
+        trained.append((config.train.lr, config.train.seed))
+        name = METHODS.get(method)(config, ws, "tune").checkpoint_dir().name
+        return {"checkpoint": name, "heldout_mrr": mrr[config.train.lr, config.train.seed], "train_seconds": 30.0}
+
+    monkeypatch.setattr(tuning, "_train_and_score", fake)
+    profile = _two_rate_profile()
+    path = tuning.tuning_path(workspace.results_dir, "smoke", "infonce")
+    assert tuning.tune(profile, profile.config, "infonce", workspace, shard=(1, 2)) is None
+    assert trained == [(3e-4, 1), (1e-3, 1)] and not path.exists()  # its runs only; no record, no choice
+    assert len(json.loads(tuning.runs_path(path).read_text())) == 2
+    trained.clear()
+    record = tuning.tune(profile, profile.config, "infonce", workspace, shard=(0, 2))
+    assert trained == [(3e-4, 0), (1e-3, 0)]  # the other half; then every run is recorded and it chooses
+    assert record["complete"] and record["chosen"] == {"train.lr": 1e-3}
+    assert [p["heldout_mrr"] for p in record["points"]] == [pytest.approx(0.61), pytest.approx(0.71)]
+    trained.clear()
+    unsharded = tuning.tune(profile, profile.config, "infonce", workspace)
+    assert trained == [] and unsharded["chosen"] == record["chosen"]
+    assert [p["heldout_mrr"] for p in unsharded["points"]] == [p["heldout_mrr"] for p in record["points"]]
+
+
+
+def test_sharded_tune_on_the_command_line_goes_axis_by_axis(workspace, monkeypatch, capsys):
+    """``run_all.py --tune --shard I/N`` over smoke's two axes (lr, then the temperature at the chosen lr; one
+    seed): each invocation trains its share of the axis it can reach, says when the search waits for another
+    shard, renders nothing; the shard that records an axis's last run chooses and goes on. A bad I/N stops
+    before any work."""
+    from dreambench import tuning
+
+    trained = []
+
+    def fake(method, config, ws):
+        trained.append((config.train.lr, config.methods.get("infonce", {}).get("temperature", 0.05)))
+        name = METHODS.get(method)(config, ws, "tune").checkpoint_dir().name
+        score = 0.5 + 10 * config.train.lr + config.methods.get("infonce", {}).get("temperature", 0.05)
+        return {"checkpoint": name, "heldout_mrr": score, "train_seconds": 30.0}
+
+    monkeypatch.setattr(tuning, "_train_and_score", fake)
+    assert run_all.main([*_args(workspace), "--tune", "--methods", "infonce", "--shard", "2/2"]) == 2
+    assert "--shard '2/2'" in capsys.readouterr().err and not trained
+    shard = [*_args(workspace), "--tune", "--methods", "infonce", "--shard"]
+    assert run_all.main([*shard, "1/2"]) == 0  # lr 3e-3; lr 1e-3 is shard 0's
+    assert trained == [(3e-3, 0.05)] and "once every shard has finished" in capsys.readouterr().out
+    assert run_all.main([*shard, "0/2"]) == 0  # lr 1e-3: the axis is complete, 3e-3 kept; temperature 0.05 at
+    assert trained[1:] == [(1e-3, 0.05)]  # 3e-3 is the lr axis's own point (recorded); 0.1 is shard 1's
+    partial = load_tuning(workspace.results_dir, "smoke")["infonce"]  # the lr axis's points, no choice yet
+    assert not partial["complete"] and [p["value"] for p in partial["points"]] == [1e-3, 3e-3]
+    assert not (workspace.reports_dir / "smoke").exists()  # shards render nothing
+    assert run_all.main([*shard, "1/2"]) == 0
+    assert trained[2:] == [(3e-3, 0.1)]
+    record = load_tuning(workspace.results_dir, "smoke")["infonce"]
+    assert record["complete"] and record["chosen"] == {"train.lr": 3e-3, "methods.infonce.temperature": 0.1}
+    assert "infonce: chose" in capsys.readouterr().out

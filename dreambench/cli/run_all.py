@@ -146,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--shard",
         metavar="I/N",
         help="run only every N-th job of the plan, starting at job I (0-based): N independent processes or "
-        "SLURM array tasks share one results folder; render afterwards with --render-only",
+        "SLURM array tasks share one results folder; render afterwards with --render-only. With --tune: "
+        "train every N-th run of each search, then --tune without --shard chooses",
     )
     parser.add_argument(
         "--methods-path",
@@ -181,14 +182,23 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     return index, count
 
 
-def tune(profile, config, methods, workspace) -> int:
+def tune(profile, config, methods, workspace, shard: tuple[int, int] | None = None) -> int:
     """``--tune``: the profile's grid search for each method, its wall time recorded as the *tuning* stage; say
-    whether the committed values agree."""
-    stale, records = [], {}
+    whether the committed values agree. ``shard`` (``--shard I/N``): this process trains its share of each
+    search's runs (:func:`dreambench.tuning.tune`); a search whose other runs are not recorded yet is left for a
+    later ``--tune``, and nothing is rendered (as for the shards of a plan)."""
+    stale, records, waiting = [], {}, []
     runs = sum(len(values) for method in methods for _, values in profile.tuning[method])
     with StageClock(workspace, profile.name).stage("tuning", runs * len(tuning_seeds(profile, config))) as note:
         for method in methods:
-            records[method] = search(profile, config, method, workspace, on_run=lambda: note(computed=1))
+            record = search(profile, config, method, workspace, on_run=lambda: note(computed=1), shard=shard)
+            if record is None:
+                waiting.append(method)
+            else:
+                records[method] = record
+    for method in waiting:
+        print(f"{method}: shard {shard[0]}/{shard[1]} has trained its runs; the search goes on with "
+              f"`python run_all.py --tune --methods {method}` once every shard has finished")  # fmt: skip
     for method, record in records.items():
         print(f"{method}: chose {record['chosen']}")
         for point in record["points"]:
@@ -197,7 +207,7 @@ def tune(profile, config, methods, workspace) -> int:
                   f"{'failed' if mrr is None else f'{mrr:.4f}'}")  # fmt: skip
         if profile_values(profile, method, list(record["chosen"])) != record["chosen"]:
             stale.append(method)  # the main table runs at other values than the search chose
-    path = render_report(profile, workspace)
+    path = None if shard else render_report(profile, workspace)
     if stale:
         print(f"\nthe profile's committed values differ for {', '.join(stale)}: copy the choices above into "
               f"the profile's `tuned` values (dreambench/profiles.py) so the default run uses them")  # fmt: skip
@@ -318,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             path = render_report(profile, workspace)
             print(f"report: {path}" if path else "no stored results to render")
             return 0
+        shard = _shard(args.shard)  # a malformed I/N stops here, before any work
         if args.tune:
             tuning = _split(args.methods, "--methods") or list(profile.tuning)
             check_grid(profile, config, tuning, workspace)  # every grid point is valid, before any work
@@ -331,7 +342,6 @@ def main(argv: list[str] | None = None) -> int:
                 _seeds(args.seeds),
                 workspace.data_dir,
             )
-            shard = _shard(args.shard)
             if shard:
                 jobs = jobs[shard[0] :: shard[1]]
             runner = Runner(workspace, overwrite=args.overwrite)
@@ -345,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(line for method in tuning for line in describe(profile, config, method, workspace)))
         return 0
     if args.tune:
-        return tune(profile, config, tuning, workspace)
+        return tune(profile, config, tuning, workspace, shard)
     if args.calibrate:
         trained = list(dict.fromkeys(j.experiment.method for j in jobs if METHODS.get(j.experiment.method).trainable))
         measured, before = calibrate(config, trained, workspace), load(cached_path(workspace))

@@ -23,7 +23,7 @@ from ...data.training import TrainingInstance
 from ...evaluation.metrics import evaluate
 from ...models.backbones import autocast_dtype
 from ...models.lm import LAYOUTS, JudgeLayout, LanguageModel, build_judge_inputs
-from ...workspace import Workspace, write_json_atomic
+from ...workspace import Workspace, build_lock, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +126,36 @@ def load_or_rank_heads(
         "precision": "fp32" if autocast_dtype(precision, judge.device) is None else "bf16",
     }
     path = ranking_path(workspace, judge.name, probe, settings)
-    if path.is_file():
-        try:
-            raw = json.loads(path.read_text())
-            return HeadRanking(
-                raw["judge"], raw["num_layers"], raw["num_heads"], raw["probe_size"],
-                tuple(HeadScore(**h) for h in raw["heads"]),
-            )  # fmt: skip
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
-            log.warning("%s is unreadable (%s); ranking the heads again", path, exc)
+    ranking = _read_ranking(path)
+    if ranking is not None:
+        return ranking
+    # a second process that needs the same ranking (another --shard, a search's second run) waits for this one
+    with build_lock(path, "the head ranking"):
+        ranking = _read_ranking(path)
+        if ranking is None:
+            ranking = _rank_and_write(judge, probe, path, settings, batch_size, max_doc_tokens, max_query_tokens,
+                                      precision, layout)  # fmt: skip
+    return ranking
+
+
+def _read_ranking(path: Path) -> HeadRanking | None:
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text())
+        return HeadRanking(
+            raw["judge"], raw["num_layers"], raw["num_heads"], raw["probe_size"],
+            tuple(HeadScore(**h) for h in raw["heads"]),
+        )  # fmt: skip
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        log.warning("%s is unreadable (%s); ranking the heads again", path, exc)
+        return None
+
+
+def _rank_and_write(
+    judge: LanguageModel, probe: list[TrainingInstance], path: Path, settings: dict, batch_size: int,
+    max_doc_tokens: int, max_query_tokens: int, precision: str, layout: JudgeLayout,
+) -> HeadRanking:  # fmt: skip
     log.info(
         "ranking %d×%d heads of %s on %d probe instances",
         judge.num_layers,
