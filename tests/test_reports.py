@@ -590,6 +590,35 @@ def test_the_stage_totals_are_set_against_the_profiles_targets():
     assert with_records["within target"].tolist() == ["no", "no", "no"]  # judged on the larger of the two
 
 
+def test_shards_side_by_side_count_once_in_the_wall_time_and_one_invocations_stages_add_up():
+    """Two shards of one plan, each 60 min in the main table from 10:00, span 60 min of wall time, not 120; one
+    invocation's stages follow each other and add up, even where its records' whole-second starts overlap by a
+    fraction; a later resumption adds its own time; a total spans its stages' records the same way."""
+    from dreambench.report.runs import stage_totals, wall_minutes
+
+    def record(run, stage, started, minutes):
+        return {"run_id": run, "stage": stage, "started": f"2026-12-01T{started}Z", "seconds": minutes * 60,
+                "finished": True, "outcomes": {"computed": 1}, "commit": "abc", "machine": {}, "command": "c"}
+
+    shards = [record("a", "main table", "10:00:00", 60), record("b", "main table", "10:00:05", 60)]
+    assert wall_minutes(shards) == pytest.approx(60 + 5 / 60)
+    # one invocation: the data (10 min from 09:50:00.4, recorded as 09:50:00), then the main table at 10:00:00
+    sequential = [record("c", "training data", "09:50:00", 10 + 0.6 / 3600 * 60), record("c", "main table", "10:00:00", 30)]
+    assert wall_minutes(sequential) == pytest.approx(40 + 0.01)
+    assert wall_minutes([*shards, record("d", "main table", "12:00:00", 15)]) == pytest.approx(75 + 5 / 60)
+    assert wall_minutes([{"seconds": 120.0}]) == 2.0  # a record without its start counts in full
+    # the totals: shard a in the main table while shard b runs the further seeds, 10:00–11:00 both
+    records = [record("a", "main table", "10:00:00", 60), record("b", "main-table seeds", "10:00:00", 60),
+               record("e", "training data", "09:00:00", 20)]  # fmt: skip
+    table = pd.DataFrame({"wall min": [20.0, 60.0, 60.0], "invocations": [1, 1, 1], "interrupted": [0, 0, 0]},
+                         index=["training data", "main table", "main-table seeds"])  # fmt: skip
+    targets = {"training data": 10, "main table, every seed": 120, "full default": 240}
+    assert stage_totals(table, targets)["wall min"]["main table, every seed"] == 140.0  # the sum, without records
+    totals = stage_totals(table, targets, records=records)
+    assert totals["wall min"].to_dict() == {"training data": 20.0, "main table, every seed": 80.0,
+                                            "full default": 80.0}  # fmt: skip
+
+
 def test_the_records_add_up_training_once_per_model_and_every_evaluation():
     from dreambench.report.tables import recorded_minutes
 

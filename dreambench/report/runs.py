@@ -3,7 +3,9 @@ time per stage, and the tuning searches."""
 
 from __future__ import annotations
 
+import calendar
 import collections
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -298,9 +300,31 @@ TOTALS: dict[str, tuple[str, ...] | None] = {
 RESULT_STAGES = ("main table", "main-table seeds", "ablations", "ablation seeds", "further seeds")
 
 
+def wall_minutes(records: Sequence[Mapping[str, Any]]) -> float:
+    """The wall minutes that stage records span: invocations side by side (the shards of a plan or of a search)
+    count once, while the stages of one invocation, which follow each other, add up (its records start on whole
+    seconds, so one may begin a fraction of a second before the previous ends: it is moved to that end)."""
+    spans, ends = [], {}
+    for record in sorted(records, key=lambda r: str(r.get("started"))):
+        seconds = float(record.get("seconds") or 0.0)
+        try:
+            start = float(calendar.timegm(time.strptime(record["started"], "%Y-%m-%dT%H:%M:%SZ")))
+        except (KeyError, TypeError, ValueError):
+            spans.append((float("-inf"), seconds))  # no start recorded: its time counts in full
+            continue
+        start = max(start, ends.get(record.get("run_id"), start))
+        ends[record.get("run_id")] = start + seconds
+        spans.append((start, start + seconds))
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(s for s in spans if s[0] != float("-inf")):
+        total += max(0.0, end - max(start, reach))
+        reach = max(reach, end)
+    return (total + sum(end for start, end in spans if start == float("-inf"))) / 60
+
+
 def stage_totals(
     table: pd.DataFrame, targets: Mapping[str, float], pending_stages: Sequence[str] = (),
-    recorded: Mapping[str, float] | None = None,
+    recorded: Mapping[str, float] | None = None, records: Sequence[Mapping[str, Any]] | None = None,
 ) -> pd.DataFrame:  # fmt: skip
     """The totals the profile's wall-time targets are set for (:data:`TOTALS`), from the stage table: wall
     minutes, the target, whether it is met, and whether the total is complete (no result of its stages is
@@ -310,13 +334,16 @@ def stage_totals(
     trained model once: :func:`~dreambench.report.tables.recorded_minutes`). A run split over invocations,
     or whose models the search trained, takes less wall time in its stages than an empty cache would; the
     column *from an empty cache* puts the records' minutes in place of the result stages' wall time, and the
-    target is judged on the larger of the two."""
+    target is judged on the larger of the two. ``records``: the stage records, whose spans make each total's
+    wall minutes (:func:`wall_minutes`: shards side by side count once); without them, the table's sum."""
     rows = []
     for total, parts in TOTALS.items():
         present = [s for s in table.index if s != "tuning" and (parts is None or s in parts)]
         if not present:
             continue
         minutes = float(table.loc[present, "wall min"].sum())
+        if records is not None:
+            minutes = wall_minutes([r for r in records if r.get("stage") in present])
         complete = not pending_stages if parts is None else not set(parts) & set(pending_stages)
         complete = complete and not (table.loc[present, "invocations"] <= table.loc[present, "interrupted"]).any()
         row: dict[str, Any] = {"total": total, "stages": " + ".join(present), "wall min": minutes}
@@ -334,9 +361,9 @@ def stage_totals(
 def stage_times(
     results_dir: Path, profile: str, study_stages: Sequence[str] = ()
 ) -> tuple[pd.DataFrame, list[str]]:
-    """Wall time per stage of ``run_all.py`` (summed over the invocations that ran it: an interrupted run
-    resumed later counts both parts; ``--build-data`` and ``--tune`` record theirs too), with the runs it
-    computed and found cached → (table, notes). ``study_stages``: the names of the studies' own stages, shown
+    """Wall time per stage of ``run_all.py`` (the time its invocations span, :func:`wall_minutes`: an
+    interrupted run resumed later counts both parts, shards running side by side count once; ``--build-data``
+    and ``--tune`` record theirs too), with the runs it computed and found cached → (table, notes). ``study_stages``: the names of the studies' own stages, shown
     after the main table."""
     records = load_stage_records(results_dir, profile)
     if not records:
@@ -348,7 +375,7 @@ def stage_times(
             outcomes.update(counts or {})
         rows.append({
             "stage": stage,
-            "wall min": group.seconds.sum() / 60,
+            "wall min": wall_minutes(group.to_dict("records")),
             "invocations": len(group),
             "interrupted": int((~group.finished.astype(bool)).sum()),
             "computed": outcomes.get("computed", 0),
@@ -383,7 +410,7 @@ def wall_time(ctx: ReportContext) -> list[str]:
     targets = PROFILES.get(ctx.profile).wall_targets if ctx.profile in PROFILES else {}
     recorded = {"main table, every seed": recorded_minutes(ctx.frame, main_only=True),
                 "full default": recorded_minutes(ctx.frame)}  # fmt: skip
-    totals = stage_totals(table, targets, sorted(pending), recorded)
+    totals = stage_totals(table, targets, sorted(pending), recorded, load_stage_records(ctx.results_dir, ctx.profile))
     lines = ["## Wall time per stage (`run_all.py`, this machine)", "", markdown_table(table, ".1f"), "", *notes, ""]
     if not totals.empty:
         lines += ["Totals against the profile's targets (minutes on the machine it is sized for; *from an empty "
