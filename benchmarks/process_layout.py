@@ -34,7 +34,9 @@ def _config(profile_name: str, method: str, seed: int, steps: int):
     from dreambench.profiles import PROFILES
 
     profile = PROFILES.get(profile_name)
-    config = apply_overrides(profile.config, {"train.seed": seed, "train.steps": steps}, where="process_layout")
+    # no warm-up (the profile's may exceed a few steps): the learning rate does not change a step's cost
+    overrides = {"train.seed": seed, "train.steps": steps, "train.warmup_steps": 0}
+    config = apply_overrides(profile.config, overrides, where="process_layout")
     for key, value in (profile.tuned or {}).get(method, {}).items():
         config = apply_overrides(config, {key: value}, where="process_layout")
     return config
@@ -70,16 +72,17 @@ def layout(args, processes: int, threads: int, seeds: list[int]) -> dict:
                                  stderr=subprocess.DEVNULL) for seed in seeds]  # fmt: skip
     codes = [c.wait() for c in children]
     wall = time.perf_counter() - began
-    if any(codes):
-        raise SystemExit(f"a training process failed (exit codes {codes}); run one with --child to see why")
-    steps = []
-    for seed in seeds:
-        folder = _folder(args, seed)
-        log = [json.loads(line) for line in (folder / "train_log.jsonl").read_text().splitlines() if line.strip()]
-        steps += [entry["seconds"] for entry in log if entry["step"] > args.skip]
+    steps, folders = [], [_folder(args, seed) for seed in seeds]
+    if not any(codes):
+        for folder in folders:
+            log = [json.loads(line) for line in (folder / "train_log.jsonl").read_text().splitlines() if line.strip()]
+            steps += [entry["seconds"] for entry in log if entry["step"] > args.skip]
+    for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
         for lock in folder.parent.glob(f"{folder.name}*.lock"):
             lock.unlink(missing_ok=True)
+    if any(codes):
+        raise SystemExit(f"a training process failed (exit codes {codes}); run one with --child to see why")
     median = statistics.median(steps)
     return {"processes": processes, "threads": threads, "seeds": seeds, "median_step_s": median,
             "steps_per_min": 60.0 * processes / median, "wall_s": wall}  # fmt: skip

@@ -149,8 +149,8 @@ TRAIN = (
     Row("train.lr", "DREAM §4.1, Revela §4.1: 1e-4; REPLUG (Revela App. B.3): 5e-4", 1e-4,
         Varies(3e-4, {"drama": 1e-3, "llmql": 1e-3}), 1e-4,
         "mini: each method's choice of the search (1e-4, 3e-4, 1e-3 at seeds 0 and 1; held-out MRR, the "
-        "one-standard-error rule: InfoNCE's and REPLUG's is 3e-4); the recipe's 3e-4 for a method it has "
-        "not chosen for yet; paper: DREAM's for every method",
+        "one-standard-error rule: InfoNCE's, REPLUG's and DREAM's is 3e-4); the recipe's 3e-4 for a method it "
+        "has not chosen for yet; paper: DREAM's for every method",
         gpu=1e-4),
     Row("train.weight_decay", "not specified", 0.0, 0.0, 0.0),
     Row("train.warmup_steps", "DREAM: not specified; Revela §4.1: 100", 1, 10, 50,

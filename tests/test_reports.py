@@ -439,6 +439,7 @@ def test_the_provenance_names_the_cpu_and_the_kernels_torch_picked():
     # records written before the CPU was recorded render as they did
     assert machine_label({"cpus": 2, "torch_threads": 2, "platform": "Linux-x"}) == "2 CPU cores, 2 torch threads, Linux-x"
     assert machine_label({"cuda_device": "H100", "cpu": "x", "torch_threads": 16, "platform": "L"}) == "H100, 16 torch threads, L"
+    assert machine_label({"cpus": 2, "torch_threads": 1, "platform": "L"}) == "2 CPU cores, 1 torch thread, L"
 
 
 def test_what_precision_auto_meant_is_recorded_and_named_when_a_rerun_differs(monkeypatch):
@@ -594,7 +595,8 @@ def test_shards_side_by_side_count_once_in_the_wall_time_and_one_invocations_sta
     """Two shards of one plan, each 60 min in the main table from 10:00, span 60 min of wall time, not 120; one
     invocation's stages follow each other and add up, even where its records' whole-second starts overlap by a
     fraction; a later resumption adds its own time; a total spans its stages' records the same way."""
-    from dreambench.report.runs import stage_totals, wall_minutes
+    from dreambench.report.runs import stage_totals
+    from dreambench.report.tables import wall_minutes
 
     def record(run, stage, started, minutes):
         return {"run_id": run, "stage": stage, "started": f"2026-12-01T{started}Z", "seconds": minutes * 60,

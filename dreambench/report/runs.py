@@ -3,9 +3,7 @@ time per stage, and the tuning searches."""
 
 from __future__ import annotations
 
-import calendar
 import collections
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +17,7 @@ from ..results import SEED_MARK, ResultKey, iter_results, load_stage_records, lo
 from ..search_basis import axis_points, rechoose, standard_error, tuning_is_current
 from ..tasks import TASKS
 from .frame import dataset_order, row_label
-from .tables import markdown_table, recorded_minutes
+from .tables import markdown_table, recorded_minutes, wall_minutes
 
 if TYPE_CHECKING:
     from .context import ReportContext
@@ -100,7 +98,8 @@ def machine_label(machine: dict[str, Any]) -> str:
         if "cpu_bf16" in machine:  # recorded since; precision auto is bf16 autocast only with native bf16
             isa += ", native bf16: precision auto is bf16 autocast" if machine["cpu_bf16"] else ", no native bf16: precision auto is fp32"
         device += f" ({machine['cpu']}{isa})"
-    return f"{device}, {machine.get('torch_threads', '?')} torch threads, {machine.get('platform', '?')}"
+    threads = machine.get("torch_threads", "?")
+    return f"{device}, {threads} torch thread{'' if threads == 1 else 's'}, {machine.get('platform', '?')}"
 
 
 def _tune_command(profile: str, methods: list[str]) -> str:
@@ -298,28 +297,6 @@ TOTALS: dict[str, tuple[str, ...] | None] = {
 
 
 RESULT_STAGES = ("main table", "main-table seeds", "ablations", "ablation seeds", "further seeds")
-
-
-def wall_minutes(records: Sequence[Mapping[str, Any]]) -> float:
-    """The wall minutes that stage records span: invocations side by side (the shards of a plan or of a search)
-    count once, while the stages of one invocation, which follow each other, add up (its records start on whole
-    seconds, so one may begin a fraction of a second before the previous ends: it is moved to that end)."""
-    spans, ends = [], {}
-    for record in sorted(records, key=lambda r: str(r.get("started"))):
-        seconds = float(record.get("seconds") or 0.0)
-        try:
-            start = float(calendar.timegm(time.strptime(record["started"], "%Y-%m-%dT%H:%M:%SZ")))
-        except (KeyError, TypeError, ValueError):
-            spans.append((float("-inf"), seconds))  # no start recorded: its time counts in full
-            continue
-        start = max(start, ends.get(record.get("run_id"), start))
-        ends[record.get("run_id")] = start + seconds
-        spans.append((start, start + seconds))
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted(s for s in spans if s[0] != float("-inf")):
-        total += max(0.0, end - max(start, reach))
-        reach = max(reach, end)
-    return (total + sum(end for start, end in spans if start == float("-inf"))) / 60
 
 
 def stage_totals(
