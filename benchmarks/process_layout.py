@@ -29,34 +29,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def _config(profile_name: str, method: str, seed: int, steps: int):
+def _method(args, seed: int):
+    """The profile's method at its tuned values, ``--steps`` steps at ``seed``, caching under ``--cache-dir``."""
     from dreambench.config import apply_overrides
-    from dreambench.profiles import PROFILES
-
-    profile = PROFILES.get(profile_name)
-    # no warm-up (the profile's may exceed a few steps): the learning rate does not change a step's cost
-    overrides = {"train.seed": seed, "train.steps": steps, "train.warmup_steps": 0}
-    config = apply_overrides(profile.config, overrides, where="process_layout")
-    for key, value in (profile.tuned or {}).get(method, {}).items():
-        config = apply_overrides(config, {key: value}, where="process_layout")
-    return config
-
-
-def _folder(args, seed: int) -> Path:
     from dreambench.method import METHODS
+    from dreambench.profiles import PROFILES
     from dreambench.workspace import Workspace
 
-    workspace = Workspace.resolve(None, args.cache_dir, None, None)
-    return METHODS.get(args.method)(_config(args.profile, args.method, seed, args.steps), workspace, "tune").checkpoint_dir()
+    profile = PROFILES.get(args.profile)
+    # no warm-up (the profile's may exceed a few steps): the learning rate does not change a step's cost
+    overrides = {**profile.tuned.get(args.method, {}), "train.seed": seed, "train.steps": args.steps,
+                 "train.warmup_steps": 0}  # fmt: skip
+    config = apply_overrides(profile.config, overrides, where="process_layout")
+    return METHODS.get(args.method)(config, Workspace.resolve(None, args.cache_dir, None, None), "tune")
 
 
 def child(args) -> None:
     """One training run, in this process (``--child``)."""
-    from dreambench.method import METHODS
-    from dreambench.workspace import Workspace
-
-    workspace = Workspace.resolve(None, args.cache_dir, None, None)
-    method = METHODS.get(args.method)(_config(args.profile, args.method, args.seed, args.steps), workspace, "tune")
+    method = _method(args, args.seed)
     try:
         method.prepare()
     finally:
@@ -72,7 +62,7 @@ def layout(args, processes: int, threads: int, seeds: list[int]) -> dict:
                                  stderr=subprocess.DEVNULL) for seed in seeds]  # fmt: skip
     codes = [c.wait() for c in children]
     wall = time.perf_counter() - began
-    steps, folders = [], [_folder(args, seed) for seed in seeds]
+    steps, folders = [], [_method(args, seed).checkpoint_dir() for seed in seeds]
     if not any(codes):
         for folder in folders:
             log = [json.loads(line) for line in (folder / "train_log.jsonl").read_text().splitlines() if line.strip()]

@@ -136,23 +136,24 @@ def _record_run(path: Path, run: dict[str, Any], workspace: Workspace) -> None:
 
 def _recorded_run(
     method: str, seeded: RunConfig, workspace: Workspace, recorded: Mapping[str, dict[str, Any]] | None
-) -> tuple[str, dict[str, Any] | None]:
+) -> tuple[Path, dict[str, Any] | None]:
     """The run a search's records hold for the configuration ``seeded`` on the training data built here (None:
-    it is to train), with the checkpoint name that keys it."""
-    name = METHODS.get(method)(seeded, workspace, "tune").checkpoint_dir().name
+    it is to train), with the checkpoint folder whose name keys it."""
+    folder = METHODS.get(method)(seeded, workspace, "tune").checkpoint_dir()
+    name = folder.name
     # the checkpoint name keys the configuration; the data's own fingerprint (its construction version, the
     # generator's prompt, the source package) must match too, or the run is trained again
     run = (recorded or {}).get(name)
     if run is not None and run.get("training_data") != data_fingerprint(seeded.data):
-        return name, None  # another construction of the data
+        return folder, None  # another construction of the data
     if run is not None and run.get("training_data_sha256"):
         built = load_training_data(seeded, workspace).sha256
         if run["training_data_sha256"] != built:
             log.warning("tuning %s seed %d: the recorded run read other instances (sha256 %s, built here %s): "
                         "trained again", method, seeded.train.seed, run["training_data_sha256"][:12],
                         (built or "?")[:12])  # fmt: skip
-            return name, None
-    return name, run
+            return folder, None
+    return folder, run
 
 
 def _score_point(
@@ -168,12 +169,12 @@ def _score_point(
     runs = []
     for seed in seeds:
         seeded = apply_overrides(config, {"train.seed": seed}, where=f"tuning {method} seed {seed}")
-        name, run = _recorded_run(method, seeded, workspace, recorded)
+        folder, run = _recorded_run(method, seeded, workspace, recorded)
         if run is not None:
-            log.info("tuning %s seed %d: recorded in the tuning record (%s), not trained again", method, seed, name)
+            log.info("tuning %s seed %d: recorded in the tuning record (%s), not trained again", method, seed,
+                     folder.name)  # fmt: skip
             runs.append({**run, "seed": seed, "reused": True})
         else:
-            folder = METHODS.get(method)(seeded, workspace, "tune").checkpoint_dir()
             cached = checkpoint_state(folder) == "trained weights cached"  # then it is loaded, not trained
             runs.append({"seed": seed, **_train_and_score(method, seeded, workspace),
                          "training_data": data_fingerprint(seeded.data)})  # fmt: skip

@@ -14,6 +14,7 @@ interrupted build resumes where it stopped). Training then runs the retriever al
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -192,17 +193,16 @@ class Replug(TrainedDenseMethod):
         cache = LikelihoodCache.for_instances(self.workspace, self.judge_name, instances, settings)
         records = cache.read()
         missing = [inst for inst in instances if inst.id not in records]
-        if missing and distributed.world_size() == 1:
-            # another process scoring the same instances (a second --shard, a search's next run) is waited for,
-            # then its lines are read, not computed again; the ranks of one launch share the work instead
-            with build_lock(cache.path, "REPLUG's judge likelihoods"):
-                records = cache.read()
-                return self._score_missing(instances, cache, records, p)
-        return self._score_missing(instances, cache, records, p)
+        # another process scoring the same instances (a second --shard, a search's next run) is waited for, then
+        # its lines are read, not computed again; the ranks of one launch share the work instead
+        alone = missing and distributed.world_size() == 1
+        with build_lock(cache.path, "REPLUG's judge likelihoods") if alone else contextlib.nullcontext():
+            return self._score_missing(instances, cache, cache.read() if alone else records, p)
 
     def _score_missing(
         self, instances: list, cache: LikelihoodCache, records: dict[str, dict[str, Any]], p: ReplugParams
     ) -> dict[str, list[float]]:
+        """ℓ for every instance: ``records`` (the cache as read) and the judge's scores of the rest, appended."""
         missing = [inst for inst in instances if inst.id not in records]
         calls = 0
         if missing:

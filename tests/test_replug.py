@@ -119,16 +119,14 @@ def test_a_second_process_waits_for_the_likelihoods_another_is_scoring_and_reads
     waits on the cache's build lock, then reads what the first wrote instead of loading the judge again."""
     import threading
     import time
+    from pathlib import Path
 
     from filelock import FileLock
 
     from dreambench.models.lm import LanguageModel
 
     method, _, _ = replug(workspace)
-    path = method.cache_stats["likelihood_cache"]
-    from pathlib import Path
-
-    path = Path(path)
+    path = Path(method.cache_stats["likelihood_cache"])
     lines = path.read_text()
     path.unlink()  # as if the first process were still scoring
     held = FileLock(str(path.parent / f".{path.name}.lock"))

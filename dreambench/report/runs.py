@@ -340,8 +340,8 @@ def stage_times(
 ) -> tuple[pd.DataFrame, list[str]]:
     """Wall time per stage of ``run_all.py`` (the time its invocations span, :func:`wall_minutes`: an
     interrupted run resumed later counts both parts, shards running side by side count once; ``--build-data``
-    and ``--tune`` record theirs too), with the runs it computed and found cached → (table, notes). ``study_stages``: the names of the studies' own stages, shown
-    after the main table."""
+    and ``--tune`` record theirs too), with the runs it computed and found cached → (table, notes).
+    ``study_stages``: the names of the studies' own stages, shown after the main table."""
     records = load_stage_records(results_dir, profile)
     if not records:
         return pd.DataFrame(), []

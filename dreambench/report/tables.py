@@ -367,19 +367,19 @@ def wall_minutes(records: Sequence[Mapping[str, Any]]) -> float:
     """The wall minutes that stage records span: invocations side by side (the shards of a plan or of a search)
     count once, while the stages of one invocation, which follow each other, add up (its records start on whole
     seconds, so one may begin a fraction of a second before the previous ends: it is moved to that end)."""
-    spans, ends = [], {}
+    spans, ends, total = [], {}, 0.0
     for record in sorted(records, key=lambda r: str(r.get("started"))):
         seconds = float(record.get("seconds") or 0.0)
         try:
             start = float(calendar.timegm(time.strptime(record["started"], "%Y-%m-%dT%H:%M:%SZ")))
         except (KeyError, TypeError, ValueError):
-            spans.append((float("-inf"), seconds))  # no start recorded: its time counts in full
+            total += seconds  # no start recorded: its time counts in full
             continue
         start = max(start, ends.get(record.get("run_id"), start))
         ends[record.get("run_id")] = start + seconds
         spans.append((start, start + seconds))
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted(s for s in spans if s[0] != float("-inf")):
+    reach = float("-inf")
+    for start, end in sorted(spans):  # the union of the spans
         total += max(0.0, end - max(start, reach))
         reach = max(reach, end)
-    return (total + sum(end for start, end in spans if start == float("-inf"))) / 60
+    return total / 60

@@ -132,9 +132,14 @@ def load_or_rank_heads(
     # a second process that needs the same ranking (another --shard, a search's second run) waits for this one
     with build_lock(path, "the head ranking"):
         ranking = _read_ranking(path)
-        if ranking is None:
-            ranking = _rank_and_write(judge, probe, path, settings, batch_size, max_doc_tokens, max_query_tokens,
-                                      precision, layout)  # fmt: skip
+        if ranking is not None:
+            return ranking
+        log.info("ranking %d×%d heads of %s on %d probe instances", judge.num_layers, judge.num_heads, judge.name,
+                 len(probe))  # fmt: skip
+        corrected = head_scores(judge, probe, batch_size, max_doc_tokens, max_query_tokens, precision, layout=layout)
+        ranking = rank_heads(corrected, probe, judge.name)
+        write_json_atomic(path, {**asdict(ranking), "settings": settings})
+    log.info("head ranking written to %s; top 5: %s", path, ranking.heads[:5])
     return ranking
 
 
@@ -150,26 +155,6 @@ def _read_ranking(path: Path) -> HeadRanking | None:
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
         log.warning("%s is unreadable (%s); ranking the heads again", path, exc)
         return None
-
-
-def _rank_and_write(
-    judge: LanguageModel, probe: list[TrainingInstance], path: Path, settings: dict, batch_size: int,
-    max_doc_tokens: int, max_query_tokens: int, precision: str, layout: JudgeLayout,
-) -> HeadRanking:  # fmt: skip
-    log.info(
-        "ranking %d×%d heads of %s on %d probe instances",
-        judge.num_layers,
-        judge.num_heads,
-        judge.name,
-        len(probe),
-    )
-    corrected = head_scores(
-        judge, probe, batch_size, max_doc_tokens, max_query_tokens, precision, layout=layout
-    )
-    ranking = rank_heads(corrected, probe, judge.name)
-    write_json_atomic(path, {**asdict(ranking), "settings": settings})
-    log.info("head ranking written to %s; top 5: %s", path, ranking.heads[:5])
-    return ranking
 
 
 def select_heads(
