@@ -68,7 +68,7 @@ DATA = (
         "wiki-offline", "tevatron-wiki-nq", f"{TEST}; mini: Wikipedia leads shipped in a package (offline)"),
     Row("data.num_train", "DREAM §4.1: not stated (1,500 steps × 32 = 48,000); Revela §4.1: 320,000 batches",
         8, 572, 48_000, f"{TEST}; {CPU} (100 steps × 16: about 2.8 passes; with the held-out and probe sets, 800 "
-        "generated queries)",
+        "instances)",
         gpu=1792, gpu_why="gpu: 1,952 offline leads give K = 8 chunks of 16 words (one target each): 1,792 for "
         "training and 128 for the probe; 32 unused"),
     Row("data.num_heldout", "not in the papers (tuning, the Training table)", 4, 100, 1000, TEST),
