@@ -203,6 +203,16 @@ def test_the_papers_claims_are_checked_whichever_way_they_fall():
                                                                                  value=lambda f: f.value + 0.5)])
     claims = claims_table(with_64, main, p_values)
     assert claims.at["16 heads is the best head count (Fig. 3)", "verdict"] == "does not hold (one seed; indicative: fewer than 3 seeds)"
+    # the best count's failure to learn undermines the verdict; another count's is a plain note
+    rows = [f"dream/heads-top{n} [seed 0]" for n in (1, 4, 8, 32, 64)] + ["dream [seed 0]"]
+    learning = pd.DataFrame({"held-out top-1 before": [0.2] * 6, "held-out top-1 after": [0.1, 0.7, 0.7, 0.7, 0.1, 0.7],
+                             "held-out instances": [100] * 6}, index=rows)  # fmt: skip
+    assert claims_table(with_64, main, p_values, learning).at["16 heads is the best head count (Fig. 3)", "verdict"] == (
+        "does not hold (one seed; indicative: fewer than 3 seeds) — but dream/heads-top64 did not learn in every "
+        "seed; dream/heads-top1 did not learn in any seed")
+    learning.loc["dream/heads-top64 [seed 0]", "held-out top-1 after"] = 0.7
+    assert claims_table(with_64, main, p_values, learning).at["16 heads is the best head count (Fig. 3)", "verdict"] == (
+        "does not hold (one seed; indicative: fewer than 3 seeds); dream/heads-top1 did not learn in any seed")
     significant = claims_table(frame, main, p_values.assign(**{"nano-scifact": [0.001, 0.01, 1.0]}))
     assert significant.at["DREAM beats REPLUG (Tables 1, 4–5)", "verdict"] == "holds"
     # a baseline that did not learn in every seed: the verdict says so
