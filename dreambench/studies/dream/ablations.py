@@ -15,6 +15,7 @@ def dream_ablations(
     default_heads: int, default_k: int, datasets: tuple[str, ...], tuned: Mapping[str, Any],
     head_selection_seeds: tuple[int, ...] = (), candidate_counts: tuple[int, ...] = (4, 8, 16),
     head_counts: tuple[int, ...] = HEAD_COUNTS, random_middle_seeds: tuple[int, ...] | None = None,
+    head_count_seeds: tuple[int, ...] = (),
 ) -> tuple[Experiment, ...]:  # fmt: skip
     """DREAM §5–6: head count (Fig. 3), random heads (Fig. 2), candidate count (Fig. 6), judge LoRA (Fig. 5).
 
@@ -23,12 +24,13 @@ def dream_ablations(
     default's trained weights). ``head_selection_seeds``: the training seeds of the Fig. 2 ablation (random
     heads), the others run one; ``random_middle_seeds`` those of its middle-layer variant (None: the same).
     ``candidate_counts``: Fig. 6's K values (a source's documents must give K chunks each). ``head_counts``:
-    Fig. 3's head counts (the default's own count is the reference row, not an ablation).
+    Fig. 3's head counts (the default's own count is the reference row, not an ablation), trained at
+    ``head_count_seeds`` (empty: the config's seed).
     """
     only = {"eval.datasets": datasets} if datasets else {}
     experiments = [
         Experiment("dream", f"heads-top{n}", {**only, "methods.dream.num_heads": n}, "ablation-head-count",
-                   f"top {n} QRHead heads")
+                   f"top {n} QRHead heads", head_count_seeds)
         for n in head_counts if n != default_heads
     ]  # fmt: skip
     experiments += [
