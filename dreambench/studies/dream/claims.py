@@ -198,14 +198,17 @@ def claims_table(
         sub = scores[(scores.row == row) & scores.dataset.isin(datasets) & scores.seed.isin(seeds)]
         return float(sub.value.mean())
 
+    def learned_in(row: str, seeds: set[int]) -> int | None:
+        """In how many of ``seeds`` ``row`` learned; None where that is not known for every seed."""
+        if not all((row, k) in learned_runs for k in seeds):
+            return None
+        return sum(learned_runs[(row, k)] for k in seeds)
+
     def matched(rows: list[str], datasets: list[str]) -> tuple[set[int], str]:
-        """The seeds every row ran on every dataset, and how many of them each row learned in (where known)."""
+        """The seeds every row ran on every dataset, and a note of how many of them each row learned in
+        (where known)."""
         seeds = set.intersection(*(complete_seeds(r, datasets) for r in rows)) if rows else set()
-        learned = [
-            (r, sum(learned_runs[(r, k)] for k in seeds))
-            for r in rows
-            if all((r, k) in learned_runs for k in seeds)
-        ]
+        learned = [(r, n) for r in rows if (n := learned_in(r, seeds)) is not None]
         note = (
             "; learned in: " + ", ".join(f"{r} {n} of {len(seeds)}" for r, n in learned)
             if seeds and learned
@@ -215,15 +218,13 @@ def claims_table(
 
     def learning_caveat(winner: str, others: list[str], seeds: set[int]) -> str:
         """A favoured row that did not learn in every seed undermines the verdict ("but ..."); another row
-        that did not learn is stated plainly (for an ablation expected to fail, that is the mechanism)."""
-        learned = {r: sum(learned_runs[(r, k)] for k in seeds) for r in (winner, *others)
-                   if all((r, k) in learned_runs for k in seeds)}  # fmt: skip
-        caveat = ""
-        if learned.get(winner, len(seeds)) < len(seeds):
-            caveat = f" — but {winner} did not learn in every seed"
+        that did not learn is stated plainly (for an ablation expected to fail, that is the mechanism). A row
+        whose learning is not known for every seed gets no caveat."""
+        n = learned_in(winner, seeds)
+        caveat = f" — but {winner} did not learn in every seed" if n is not None and n < len(seeds) else ""
         for row in others:
-            n = learned.get(row, len(seeds))
-            if n < len(seeds):
+            n = learned_in(row, seeds)
+            if n is not None and n < len(seeds):
                 caveat += f"; {row} did not learn in " + ("any seed" if n == 0 else f"{len(seeds) - n} of {len(seeds)} seeds")
         return caveat
 
