@@ -15,7 +15,7 @@ def dream_ablations(
     default_heads: int, default_k: int, datasets: tuple[str, ...], tuned: Mapping[str, Any],
     head_selection_seeds: tuple[int, ...] = (), candidate_counts: tuple[int, ...] = (4, 8, 16),
     head_counts: tuple[int, ...] = HEAD_COUNTS, random_middle_seeds: tuple[int, ...] | None = None,
-    head_count_seeds: tuple[int, ...] = (),
+    head_count_seeds: tuple[int, ...] = (), candidate_count_seeds: tuple[int, ...] = (),
 ) -> tuple[Experiment, ...]:  # fmt: skip
     """DREAM §5–6: head count (Fig. 3), random heads (Fig. 2), candidate count (Fig. 6), judge LoRA (Fig. 5).
 
@@ -23,7 +23,8 @@ def dream_ablations(
     ablation table, at the seeds the ablation ran (an experiment whose delta changes nothing reuses the
     default's trained weights). ``head_selection_seeds``: the training seeds of the Fig. 2 ablation (random
     heads), the others run one; ``random_middle_seeds`` those of its middle-layer variant (None: the same).
-    ``candidate_counts``: Fig. 6's K values (a source's documents must give K chunks each). ``head_counts``:
+    ``candidate_counts``: Fig. 6's K values (a source's documents must give K chunks each), trained at
+    ``candidate_count_seeds`` (empty: the config's seed). ``head_counts``:
     Fig. 3's head counts (the default's own count is the reference row, not an ablation), trained at
     ``head_count_seeds`` (empty: the config's seed).
     """
@@ -42,7 +43,7 @@ def dream_ablations(
     ]  # fmt: skip
     experiments += [
         Experiment("dream", f"candidates-{k}", {**only, "data.num_candidates": k}, "ablation-candidates",
-                   f"K = {k} candidates per instance")
+                   f"K = {k} candidates per instance", candidate_count_seeds)
         for k in candidate_counts if k != default_k
     ]  # fmt: skip
     experiments.append(
