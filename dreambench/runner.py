@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from typing import Any
 from . import distributed
 from .config import ConfigError, RunConfig, fingerprint, to_jsonable
 from .data.beir import DatasetFormatError, RetrievalData, validate_beir_folder
-from .data.training import check_candidate_pools, load_training_data, training_data_folder
+from .data.training import check_candidate_pools, data_fingerprint, load_training_data, training_data_folder
 from .evaluation.metrics import MAIN_METRIC, MEASURES, drop_identical_ids, evaluate, top_k
 from .method import METHODS, LexicalMethod, Method
 from .models.backbones import BACKBONES
@@ -25,6 +25,14 @@ from .training.trainer import TrainingDiverged, checkpoint_state, readable_torch
 from .workspace import Workspace, file_lock, write_json_atomic
 
 log = logging.getLogger(__name__)
+
+
+
+def data_build(config: RunConfig, seconds: float, main_table: bool) -> dict[str, Any]:
+    """What a stage record keeps of one training-data build: the data configuration's fingerprint (its cache
+    folder's), source and K, its seconds, and whether a main-table run trains on it (else only ablations do)."""
+    return {"data": data_fingerprint(config.data), "source": config.data.source,
+            "num_candidates": config.data.num_candidates, "seconds": round(seconds, 1), "main_table": main_table}
 
 
 @dataclass
@@ -219,21 +227,30 @@ class Runner:
             return "train"
         return "evaluate"
 
-    def build_training_data(self, jobs: Sequence[Job]) -> int:
+    def build_training_data(
+        self, jobs: Sequence[Job], on_build: Callable[[dict[str, Any]], None] | None = None
+    ) -> int:
         """Build (or load) the shared training data of ``jobs``, once per data configuration, before any of them
         trains: the same call each run's ``prepare`` makes (then a cache read), so the data's time is its own
-        stage. Returns how many were built (not found in the cache)."""
+        stage. Returns how many were built (not found in the cache); ``on_build`` receives each build's
+        :func:`data_build` entry, which the stage record keeps (so a total can leave out the data only an
+        ablation needs)."""
 
-        seen: set[str] = set()
-        built = 0
+        by_key: dict[str, list[Job]] = {}
         for job in jobs:
-            key = fingerprint(job.config.data)
-            if key in seen:
-                continue
-            seen.add(key)
-            built += not (training_data_folder(job.config.data, self.workspace) / "manifest.json").is_file()
+            by_key.setdefault(fingerprint(job.config.data), []).append(job)
+        built = 0
+        for group in by_key.values():
+            config = group[0].config
+            cached = (training_data_folder(config.data, self.workspace) / "manifest.json").is_file()
+            began = time.perf_counter()
             with distributed.main_first():  # several processes: rank 0 builds the data, the others load it
-                load_training_data(job.config, self.workspace)
+                load_training_data(config, self.workspace)
+            if not cached:
+                built += 1
+                if on_build is not None:
+                    main = any(j.experiment.group == "main" for j in group)
+                    on_build(data_build(config, time.perf_counter() - began, main))
         return built
 
     def describe(self, jobs: list[Job], calibrations: Sequence[Calibration] = ()) -> list[str]:

@@ -624,3 +624,60 @@ def test_eta_estimates_each_run_left_from_the_finished_runs_like_it():
 def test_stage_records_name_the_command_without_local_folders():
     argv = ["run_all.py", "--profile", "mini", "--cache-dir", "/tmp/c", "--results-dir=/tmp/r", "--seeds", "0,1"]
     assert stages._portable_command(argv) == "python run_all.py --profile mini --seeds 0,1"
+
+
+def test_the_data_build_record_names_each_configuration_and_whether_the_main_table_trains_on_it(
+    workspace, monkeypatch
+):
+    """The *training data* stage builds every data configuration the plan trains on, the ablations' too (mini's
+    K = 4); its record names each build, so the main-table total can leave out the data only ablations need."""
+    import dreambench.runner as runner_module
+    from dreambench.data.training import training_data_folder
+    from dreambench.report.runs import load_stage_records, stage_totals, stage_times
+
+    mini = PROFILES_.get("mini")
+    jobs = [j for j in plan_jobs(mini, mini.config, methods=["dream"]) if "@" not in j.experiment.name]
+    assert {j.config.data.num_candidates for j in jobs} == {4, 8}
+    built = []
+
+    def fake_build(config, ws):  # a build: the manifest its folder gets, after a (fake) while
+        folder = training_data_folder(config.data, ws)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "manifest.json").write_text("{}")
+        built.append(config.data.num_candidates)
+
+    monkeypatch.setattr(runner_module, "load_training_data", fake_build)
+    runner = Runner(workspace)
+    seen = []
+    assert runner.build_training_data(jobs, on_build=seen.append) == 2
+    assert sorted(built) == [4, 8]  # once per configuration, however many jobs share it
+    assert {(b["num_candidates"], b["main_table"]) for b in seen} == {(8, True), (4, False)}
+    assert all(b["source"] == mini.config.data.source and b["seconds"] >= 0 for b in seen)
+    seen.clear()
+    assert runner.build_training_data(jobs, on_build=seen.append) == 0 and not seen  # cached: nothing built
+
+    class Building:  # run_stages records what the runner's build reports
+        def build_training_data(self, batch, on_build=None):
+            on_build({"data": "a" * 12, "source": "wiki", "num_candidates": 8, "seconds": 600.0, "main_table": True})
+            on_build({"data": "b" * 12, "source": "wiki", "num_candidates": 4, "seconds": 1200.0,
+                      "main_table": False})  # fmt: skip
+            return 2
+
+        def run(self, batch):
+            return []
+
+    run_all.run_stages(Building(), jobs[:1], workspace, "mini", 0.0)
+    records = load_stage_records(workspace.results_dir, "mini")
+    (data,) = [r for r in records if r["stage"] == "training data"]
+    assert data["outcomes"] == {"computed": 2} and [b["num_candidates"] for b in data["builds"]] == [8, 4]
+    # the totals: the record spans 30 min; the main table's total leaves out the K = 4 build's 20, the full
+    # default keeps it
+    data["seconds"] = 1800.0
+    table = pd.DataFrame({"wall min": [30.0, 60.0, 40.0], "invocations": [1, 1, 1], "interrupted": [0, 0, 0]},
+                         index=["training data", "main table", "ablations"])  # fmt: skip
+    timed = [data, {"stage": "main table", "seconds": 3600.0}, {"stage": "ablations", "seconds": 2400.0}]
+    totals = stage_totals(table, mini.wall_targets, [], records=timed)
+    assert totals["wall min"].to_dict() == pytest.approx(
+        {"training data": 10.0, "main table, every seed": 70.0, "full default": 130.0})
+    _, notes = stage_times(workspace.results_dir, "mini")
+    assert any("wiki, K = 4 (`bbbbbbbbbbbb`, ablations only): 20.0 min" in n for n in notes)

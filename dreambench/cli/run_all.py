@@ -28,7 +28,7 @@ from ..profiles import PROFILES, default_profile, with_experiments
 from ..projection import cached_path, calibrate, for_machine, load, machine_key, reference, save
 from ..registry import UnknownNameError
 from ..report.runs import profile_values
-from ..runner import Runner
+from ..runner import Runner, data_build
 from ..study import STUDIES
 from ..tasks import TASKS, canonical_dataset, load_task, task_spec, user_folders
 from ..tuning import check_grid, describe, tuning_seeds
@@ -222,8 +222,9 @@ def build_data(config, workspace) -> int:
     start = time.perf_counter()
     with StageClock(workspace, config.profile).stage("training data", 1) as note:
         built = not (training_data_folder(config.data, workspace) / "manifest.json").is_file()
+        began = time.perf_counter()
         data = load_training_data(config, workspace)
-        note(computed=int(built))
+        note(computed=int(built), build=data_build(config, time.perf_counter() - began, True) if built else None)
     if config.data.query_source == "generate":
         published.sync(data.folder, workspace, config.profile)  # beside the results, as a render publishes it
     counts = data.manifest["instances"]

@@ -50,11 +50,13 @@ class StageClock:
     @contextlib.contextmanager
     def stage(self, name: str, jobs: int):
         """``with clock.stage(name, n) as note: ...``, calling ``note(outcomes)`` after each run (or
-        ``note(computed=k)`` for work that is not a run). A stage that computed nothing and failed nothing (a
+        ``note(computed=k)`` for work that is not a run; ``note(build=...)`` keeps a training-data build's entry,
+        :func:`~dreambench.runner.data_build`, in the record's ``builds``). A stage that computed nothing and failed nothing (a
         re-run over the cache) leaves no record; an interrupted one keeps what it wrote last (the record is
         rewritten after each run and every :attr:`HEARTBEAT_SECONDS` in between)."""
         started, begun = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), time.perf_counter()
         counts: collections.Counter = collections.Counter()
+        builds: list[dict] = []
         lock = threading.Lock()  # the heartbeat writes from its own thread
 
         def write(finished: bool) -> None:
@@ -62,12 +64,14 @@ class StageClock:
                 with lock:
                     write_stage_record(self.workspace.results_dir, self.profile, {
                         **self.common, "stage": name, "started": started, "jobs": jobs, "finished": finished,
-                        "seconds": round(time.perf_counter() - begun, 1), "outcomes": dict(counts)})  # fmt: skip
+                        "seconds": round(time.perf_counter() - begun, 1), "outcomes": dict(counts),
+                        **({"builds": list(builds)} if builds else {})})  # fmt: skip
 
-        def note(outcomes=(), computed: int = 0) -> None:
+        def note(outcomes=(), computed: int = 0, build: dict | None = None) -> None:
             with lock:
                 counts.update(o.status for o in outcomes)
                 counts["computed"] += computed
+                builds.extend([build] if build else [])
             write(False)
 
         write(False)
@@ -159,7 +163,7 @@ def run_stages(
     if to_train and hasattr(runner, "build_training_data"):
         with clock.stage("training data", len(to_train)) as note:
             say("training data for the %d run(s) that train", len(to_train))
-            note(computed=runner.build_training_data(to_train))
+            note(computed=runner.build_training_data(to_train, on_build=lambda b: note(build=b)))
     if all(name != STAGES[0] for name, _ in stages):
         studies()  # no main table in this plan: the studies' stages run first
     for number, (name, stage) in enumerate(stages, 1):

@@ -297,6 +297,7 @@ TOTALS: dict[str, tuple[str, ...] | None] = {
 
 
 RESULT_STAGES = ("main table", "main-table seeds", "ablations", "ablation seeds", "further seeds")
+ABLATION_STAGES = ("ablations", "ablation seeds", "further seeds")
 
 
 def stage_totals(
@@ -312,7 +313,13 @@ def stage_totals(
     or whose models the search trained, takes less wall time in its stages than an empty cache would; the
     column *from an empty cache* puts the records' minutes in place of the result stages' wall time, and the
     target is judged on the larger of the two. ``records``: the stage records, whose spans make each total's
-    wall minutes (:func:`wall_minutes`: shards side by side count once); without them, the table's sum."""
+    wall minutes (:func:`wall_minutes`: shards side by side count once); without them, the table's sum. A total
+    without the ablations' stages leaves out the training-data builds only ablations train on (the records'
+    ``builds`` say which; a record without them counts whole)."""
+    ablation_data = sum(
+        build.get("seconds", 0.0) for r in records or () if r.get("stage") == "training data"
+        for build in r.get("builds") or () if not build.get("main_table", True)
+    ) / 60  # fmt: skip
     rows = []
     for total, parts in TOTALS.items():
         present = [s for s in table.index if s != "tuning" and (parts is None or s in parts)]
@@ -321,11 +328,13 @@ def stage_totals(
         minutes = float(table.loc[present, "wall min"].sum())
         if records is not None:
             minutes = wall_minutes([r for r in records if r.get("stage") in present])
+        leave_out = ablation_data if parts is not None and not set(parts) & set(ABLATION_STAGES) else 0.0
+        minutes -= leave_out
         complete = not pending_stages if parts is None else not set(parts) & set(pending_stages)
         complete = complete and not (table.loc[present, "invocations"] <= table.loc[present, "interrupted"]).any()
         row: dict[str, Any] = {"total": total, "stages": " + ".join(present), "wall min": minutes}
         if recorded is not None:  # a total without results (the training data) is its wall time
-            others = float(table.loc[[s for s in present if s not in RESULT_STAGES], "wall min"].sum())
+            others = float(table.loc[[s for s in present if s not in RESULT_STAGES], "wall min"].sum()) - leave_out
             row["from an empty cache min"] = others + recorded[total] if total in recorded else minutes
         worst = max(minutes, row.get("from an empty cache min", 0.0))
         target = targets.get(total)
@@ -372,6 +381,17 @@ def stage_times(
              "run, and every minute in between).",
              f"Machine(s): {'; '.join(machines)}. Commands (local folder options left out): "
              + "; ".join(f"`{c}`" for c in sorted({r['command'] for r in records})) + "."]  # fmt: skip
+    builds = [b for r in records if r.get("stage") == "training data" for b in r.get("builds") or ()]
+    if builds:
+        unnamed = sum(1 for r in records if r.get("stage") == "training data" and not r.get("builds"))
+        notes.append(
+            "*training data* builds named in their records: " + "; ".join(
+                f"{b['source']}, K = {b['num_candidates']} (`{b['data']}`, "
+                f"{'main table' if b.get('main_table', True) else 'ablations only'}): {b['seconds'] / 60:.1f} min"
+                for b in builds)
+            + ". The totals without the ablations leave out the builds only ablations train on"
+            + (f"; {unnamed} earlier record(s) name no build and count whole." if unnamed else ".")
+        )  # fmt: skip
     if "tuning" in table.index:
         notes.append("*tuning* is `--tune` (the search; the default run reads its committed choices): `computed` "
                      "counts the training runs it trained, not those it took from the tuning records.")  # fmt: skip
