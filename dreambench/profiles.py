@@ -186,9 +186,9 @@ def _mini() -> Profile:
         config=MINI_CONFIG,
         # the Fig. 2 ablation (selected vs random heads: the mechanism the paper's method rests on) runs the main
         # table's three seeds, and so do Fig. 3 at 1 and 64 heads (at seed 0, 64 heads beat the paper's 16: the
-        # further seeds decide the reversal) and Fig. 6 at K = 4 (at seed 0 within the default's seed spread of
-        # K = 8); the others (judge LoRA, the suffix variant, random middle-layer heads) one seed each, to fit
-        # the budget: the report labels claims on fewer than 3 seeds indicative
+        # further seeds decide the reversal), Fig. 6 at K = 4 and Fig. 5 (the LoRA-trained judge; at seed 0 both
+        # within the default's seed spread); the others (the suffix variant, random middle-layer heads) one seed
+        # each, to fit the budget: the report labels claims on fewer than 3 seeds indicative
         experiments=main_experiments(MINI_TUNED, MINI_CONFIG, MINI_LEFT_OUT)
         + study_experiments(
             MINI_CONFIG,
@@ -203,6 +203,7 @@ def _mini() -> Profile:
                     # 16-word leads: few articles give 16 chunks, thousands give 4
                     "candidate_counts": (4,),
                     "candidate_count_seeds": (0, 1, 2),
+                    "judge_lora_seeds": (0, 1, 2),
                 }
             },
         ),

@@ -42,15 +42,18 @@ class DreamStudy(Study):
         random_middle_seeds: tuple[int, ...] | None = None,
         head_count_seeds: tuple[int, ...] = (),
         candidate_count_seeds: tuple[int, ...] = (),
+        judge_lora_seeds: tuple[int, ...] = (),
     ) -> tuple[Experiment, ...]:
         """Every ablation on ``datasets`` (empty: the profile's sets); the random-heads ablation (Fig. 2) at
         ``head_selection_seeds`` (its middle-layer variant at ``random_middle_seeds``, None: the same), the others
         at the config's seed; Fig. 3 at ``head_counts``, trained at ``head_count_seeds``, and Fig. 6 at
-        ``candidate_counts``, trained at ``candidate_count_seeds`` (empty: the config's seed)."""
+        ``candidate_counts``, trained at ``candidate_count_seeds``, and Fig. 5 at ``judge_lora_seeds`` (empty:
+        the config's seed)."""
         heads = method_params(METHODS.get("dream").Params, config, "dream").num_heads
         return dream_ablations(
             heads, config.data.num_candidates, datasets, tuned.get("dream", {}), head_selection_seeds,
             candidate_counts, head_counts, random_middle_seeds, head_count_seeds, candidate_count_seeds,
+            judge_lora_seeds,
         )
 
     def run_stage(self, jobs: Sequence[Job], workspace: Workspace) -> int:

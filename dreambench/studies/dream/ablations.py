@@ -16,6 +16,7 @@ def dream_ablations(
     head_selection_seeds: tuple[int, ...] = (), candidate_counts: tuple[int, ...] = (4, 8, 16),
     head_counts: tuple[int, ...] = HEAD_COUNTS, random_middle_seeds: tuple[int, ...] | None = None,
     head_count_seeds: tuple[int, ...] = (), candidate_count_seeds: tuple[int, ...] = (),
+    judge_lora_seeds: tuple[int, ...] = (),
 ) -> tuple[Experiment, ...]:  # fmt: skip
     """DREAM §5–6: head count (Fig. 3), random heads (Fig. 2), candidate count (Fig. 6), judge LoRA (Fig. 5).
 
@@ -26,7 +27,8 @@ def dream_ablations(
     ``candidate_counts``: Fig. 6's K values (a source's documents must give K chunks each), trained at
     ``candidate_count_seeds`` (empty: the config's seed). ``head_counts``:
     Fig. 3's head counts (the default's own count is the reference row, not an ablation), trained at
-    ``head_count_seeds`` (empty: the config's seed).
+    ``head_count_seeds`` (empty: the config's seed). ``judge_lora_seeds``: those of Fig. 5 (the judge's LoRA
+    trained too; empty: the config's seed).
     """
     only = {"eval.datasets": datasets} if datasets else {}
     experiments = [
@@ -53,6 +55,6 @@ def dream_ablations(
     )  # fmt: skip
     experiments.append(
         Experiment("dream", "judge-lora", {**only, "methods.dream.judge_lora": True}, "ablation-judge",
-                   "LoRA adapters on the judge are trained too")
+                   "LoRA adapters on the judge are trained too", judge_lora_seeds)
     )  # fmt: skip
     return tuple(replace(e, overrides={**tuned, **e.overrides}) for e in experiments)
