@@ -52,6 +52,10 @@ def test_a_build_publishes_its_instances_beside_the_results(built):
     assert sorted(p.name for p in copy.iterdir()) == sorted(published.FILES)
     assert instances_sha256(copy) == instances_sha256(folder) is not None
     assert json.loads((copy / "manifest.json").read_text()) == json.loads((folder / "manifest.json").read_text())
+    # its stage record names the build: the configuration's folder, K, and the main table's (the profile's data)
+    (record,) = [r for r in load_stage_records(built.results_dir, "smoke") if r["stage"] == "training data"]
+    (build,) = record["builds"]
+    assert folder.name.endswith(build["data"]) and build["main_table"] and build["seconds"] >= 0
 
 
 def test_a_run_with_an_empty_cache_takes_the_published_copy_and_generates_nothing(built, tmp_path, monkeypatch):
