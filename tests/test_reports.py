@@ -582,7 +582,7 @@ def test_the_stage_totals_are_set_against_the_profiles_targets():
     total with results still to run, or whose stage no invocation finished, is not complete: within its
     target it reads "so far"."""
     from dreambench.profiles import PROFILES
-    from dreambench.report.runs import stage_totals
+    from dreambench.report.walltime import stage_totals
 
     table = pd.DataFrame({"wall min": [55.0, 300.0, 40.0, 90.0, 30.0], "invocations": [2, 1, 1, 1, 1],
                           "interrupted": [1, 0, 0, 0, 0]},
@@ -612,8 +612,8 @@ def test_shards_side_by_side_count_once_in_the_wall_time_and_one_invocations_sta
     """Two shards of one plan, each 60 min in the main table from 10:00, span 60 min of wall time, not 120; one
     invocation's stages follow each other and add up, even where its records' whole-second starts overlap by a
     fraction; a later resumption adds its own time; a total spans its stages' records the same way."""
-    from dreambench.report.runs import stage_totals
     from dreambench.report.tables import wall_minutes
+    from dreambench.report.walltime import stage_totals
 
     def record(run, stage, started, minutes):
         return {"run_id": run, "stage": stage, "started": f"2026-12-01T{started}Z", "seconds": minutes * 60,

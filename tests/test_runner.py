@@ -638,7 +638,8 @@ def test_the_data_build_record_names_each_configuration_and_whether_the_main_tab
     K = 4); its record names each build, so the main-table total can leave out the data only ablations need."""
     import dreambench.runner as runner_module
     from dreambench.data.training import training_data_folder
-    from dreambench.report.runs import load_stage_records, stage_totals, stage_times
+    from dreambench.report.walltime import stage_times, stage_totals
+    from dreambench.results import load_stage_records
 
     mini = PROFILES_.get("mini")
     jobs = [j for j in plan_jobs(mini, mini.config, methods=["dream"]) if "@" not in j.experiment.name]

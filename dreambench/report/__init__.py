@@ -42,7 +42,6 @@ from .runs import (
     pending_lines,
     reproduce_commands,
     searched_values,
-    stage_times,
     tuning_section,
 )
 from .sections import group_order
@@ -57,6 +56,7 @@ from .tables import (
     training_data_lines,
     training_table,
 )
+from .walltime import stage_times
 
 __all__ = [
     "PROVENANCE", "RECORDS", "GroupFigure", "ReportContext", "Section", "StudyReport", "average_note",

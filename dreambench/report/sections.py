@@ -20,7 +20,7 @@ from .frame import (
     score_table,
     with_reference,
 )
-from .runs import reproduce_commands, tuning_section, wall_time
+from .runs import reproduce_commands, tuning_section
 from .statistics import SIGNIFICANCE_LEVELS, SIGNIFICANCE_TEST, learning_verdicts
 from .tables import (
     SEED_SPREAD_LIMIT,
@@ -39,6 +39,7 @@ from .tables import (
     training_data_lines,
     training_data_table,
 )
+from .walltime import wall_time
 
 
 def header(ctx: ReportContext) -> list[str]:
