@@ -27,7 +27,6 @@ from .workspace import Workspace, file_lock, write_json_atomic
 log = logging.getLogger(__name__)
 
 
-
 def data_build(config: RunConfig, seconds: float, main_table: bool) -> dict[str, Any]:
     """What a stage record keeps of one training-data build: the data configuration's fingerprint (its cache
     folder's), source and K, its seconds, and whether a main-table run trains on it (else only ablations do)."""

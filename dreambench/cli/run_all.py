@@ -222,9 +222,8 @@ def build_data(config, workspace) -> int:
     start = time.perf_counter()
     with StageClock(workspace, config.profile).stage("training data", 1) as note:
         built = not (training_data_folder(config.data, workspace) / "manifest.json").is_file()
-        began = time.perf_counter()
         data = load_training_data(config, workspace)
-        note(computed=int(built), build=data_build(config, time.perf_counter() - began, True) if built else None)
+        note(computed=int(built), build=data_build(config, time.perf_counter() - start, True) if built else None)
     if config.data.query_source == "generate":
         published.sync(data.folder, workspace, config.profile)  # beside the results, as a render publishes it
     counts = data.manifest["instances"]

@@ -50,10 +50,10 @@ class StageClock:
     @contextlib.contextmanager
     def stage(self, name: str, jobs: int):
         """``with clock.stage(name, n) as note: ...``, calling ``note(outcomes)`` after each run (or
-        ``note(computed=k)`` for work that is not a run; ``note(build=...)`` keeps a training-data build's entry,
-        :func:`~dreambench.runner.data_build`, in the record's ``builds``). A stage that computed nothing and failed nothing (a
-        re-run over the cache) leaves no record; an interrupted one keeps what it wrote last (the record is
-        rewritten after each run and every :attr:`HEARTBEAT_SECONDS` in between)."""
+        ``note(computed=k)`` for work that is not a run; ``note(build=...)`` keeps a training-data build's
+        entry, :func:`~dreambench.runner.data_build`, in the record's ``builds``). A stage that computed nothing
+        and failed nothing (a re-run over the cache) leaves no record; an interrupted one keeps what it wrote
+        last (the record is rewritten after each run and every :attr:`HEARTBEAT_SECONDS` in between)."""
         started, begun = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), time.perf_counter()
         counts: collections.Counter = collections.Counter()
         builds: list[dict] = []

@@ -51,10 +51,11 @@ class DreamStudy(Study):
         the config's seed)."""
         heads = method_params(METHODS.get("dream").Params, config, "dream").num_heads
         return dream_ablations(
-            heads, config.data.num_candidates, datasets, tuned.get("dream", {}), head_selection_seeds,
-            candidate_counts, head_counts, random_middle_seeds, head_count_seeds, candidate_count_seeds,
-            judge_lora_seeds,
-        )
+            heads, config.data.num_candidates, datasets, tuned.get("dream", {}),
+            head_selection_seeds=head_selection_seeds, candidate_counts=candidate_counts, head_counts=head_counts,
+            random_middle_seeds=random_middle_seeds, head_count_seeds=head_count_seeds,
+            candidate_count_seeds=candidate_count_seeds, judge_lora_seeds=judge_lora_seeds,
+        )  # fmt: skip
 
     def run_stage(self, jobs: Sequence[Job], workspace: Workspace) -> int:
         """The signal check of every main-table DREAM configuration planned (seeds share one: it does not
