@@ -530,18 +530,16 @@ def test_the_plan_runs_the_main_table_with_every_seed_first_then_the_ablations()
     assert {j.experiment.name for j in main if j.experiment.method == "promptreps"} == {"default", "dense", "sparse"}
     assert all(j.experiment.name == "default" for j in main if j.experiment.method != "promptreps")
     # the DREAM study: Fig. 3 at 1 and 64 heads, random and random middle-layer heads, K = 4, judge LoRA and the
-    # suffix variant at seed 0; random heads (Fig. 2), Fig. 3, Fig. 5 and Fig. 6 also at seeds 1 and 2: 17
-    # trainings
+    # suffix variant, each at seeds 0, 1 and 2: 21 trainings
     assert all(j.experiment.group != "main" for j in ablations)
     assert sorted(j.experiment.name for j in ablations) == [
         "candidates-4", "heads-random", "heads-random-middle", "heads-top1", "heads-top64", "inject-suffix",
         "judge-lora"]  # fmt: skip
-    # further seeds: the trained main-table methods and the Fig. 2 (random heads), Fig. 3 (head count), Fig. 5
-    # (judge LoRA) and Fig. 6 (candidate count) ablations, which declare the main table's seeds; the others keep
-    # the profile's
+    # further seeds: the trained main-table methods and every ablation, each declaring the main table's seeds
     assert sorted(j.experiment.name for j in seeds if j.experiment.method == "dream") == [
-        "candidates-4@seed1", "candidates-4@seed2", "default@seed1", "default@seed2", "heads-random@seed1",
-        "heads-random@seed2", "heads-top1@seed1", "heads-top1@seed2", "heads-top64@seed1", "heads-top64@seed2",
+        "candidates-4@seed1", "candidates-4@seed2", "default@seed1", "default@seed2", "heads-random-middle@seed1",
+        "heads-random-middle@seed2", "heads-random@seed1", "heads-random@seed2", "heads-top1@seed1",
+        "heads-top1@seed2", "heads-top64@seed1", "heads-top64@seed2", "inject-suffix@seed1", "inject-suffix@seed2",
         "judge-lora@seed1", "judge-lora@seed2"]  # fmt: skip
     assert {j.experiment.method for j in seeds} == {n for n in declared if METHODS.get(n).trainable}
     assert {j.config.train.seed for j in seeds if j.experiment.name.startswith("heads-random@")} == {1, 2}
@@ -553,6 +551,9 @@ def test_the_plan_runs_the_main_table_with_every_seed_first_then_the_ablations()
                                                                  (2, 4, "ablation-candidates")}  # fmt: skip
     assert all(j.experiment.group == "ablation-judge" and j.config.train.seed in (1, 2)
                for j in seeds if j.experiment.name.startswith("judge-lora@"))  # fmt: skip
+    assert {(j.config.train.seed, j.config.methods["dream"]["injected_rows"], j.experiment.group) for j in seeds
+            if j.experiment.name.startswith("inject-suffix@")} == {(1, "suffix", "variant-injected-rows"),
+                                                                  (2, "suffix", "variant-injected-rows")}  # fmt: skip
     assert len(main) + len(ablations) + len(seeds) == len(jobs)
     assert all(j.experiment.group == "main" for j in main_seeds) and all(j.experiment.group != "main"
                                                                          for j in ablation_seeds)  # fmt: skip

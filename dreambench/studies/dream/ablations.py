@@ -16,7 +16,7 @@ def dream_ablations(
     head_selection_seeds: tuple[int, ...] = (), candidate_counts: tuple[int, ...] = (4, 8, 16),
     head_counts: tuple[int, ...] = HEAD_COUNTS, random_middle_seeds: tuple[int, ...] | None = None,
     head_count_seeds: tuple[int, ...] = (), candidate_count_seeds: tuple[int, ...] = (),
-    judge_lora_seeds: tuple[int, ...] = (),
+    judge_lora_seeds: tuple[int, ...] = (), inject_suffix_seeds: tuple[int, ...] = (),
 ) -> tuple[Experiment, ...]:  # fmt: skip
     """DREAM §5–6: head count (Fig. 3), random heads (Fig. 2), candidate count (Fig. 6), judge LoRA (Fig. 5).
 
@@ -28,7 +28,8 @@ def dream_ablations(
     ``candidate_count_seeds`` (empty: the config's seed). ``head_counts``:
     Fig. 3's head counts (the default's own count is the reference row, not an ablation), trained at
     ``head_count_seeds`` (empty: the config's seed). ``judge_lora_seeds``: those of Fig. 5 (the judge's LoRA
-    trained too; empty: the config's seed).
+    trained too; empty: the config's seed). ``inject_suffix_seeds``: those of the suffix-injection variant (empty:
+    the config's seed).
     """
     only = {"eval.datasets": datasets} if datasets else {}
     experiments = [
@@ -51,7 +52,7 @@ def dream_ablations(
     experiments.append(
         Experiment("dream", "inject-suffix", {**only, "methods.dream.injected_rows": "suffix"}, "variant-injected-rows",
                    "variant, not the paper: scores injected into the query and target rows (signal check: far "
-                   "stronger signal than query rows only)")
+                   "stronger signal than query rows only)", inject_suffix_seeds)
     )  # fmt: skip
     experiments.append(
         Experiment("dream", "judge-lora", {**only, "methods.dream.judge_lora": True}, "ablation-judge",
