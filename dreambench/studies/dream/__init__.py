@@ -46,8 +46,7 @@ class DreamStudy(Study):
         inject_suffix_seeds: tuple[int, ...] = (),
     ) -> tuple[Experiment, ...]:
         """Every ablation on ``datasets`` (empty: the profile's sets); the random-heads ablation (Fig. 2) at
-        ``head_selection_seeds`` (its middle-layer variant at ``random_middle_seeds``, None: the same), the others
-        at the config's seed; Fig. 3 at ``head_counts``, trained at ``head_count_seeds``, and Fig. 6 at
+        ``head_selection_seeds`` (its middle-layer variant at ``random_middle_seeds``, None: the same); Fig. 3 at ``head_counts``, trained at ``head_count_seeds``, and Fig. 6 at
         ``candidate_counts``, trained at ``candidate_count_seeds``, Fig. 5 at ``judge_lora_seeds`` and the
         suffix-injection variant at ``inject_suffix_seeds`` (empty: the config's seed)."""
         heads = method_params(METHODS.get("dream").Params, config, "dream").num_heads

@@ -18,12 +18,13 @@ def dream_ablations(
     head_count_seeds: tuple[int, ...] = (), candidate_count_seeds: tuple[int, ...] = (),
     judge_lora_seeds: tuple[int, ...] = (), inject_suffix_seeds: tuple[int, ...] = (),
 ) -> tuple[Experiment, ...]:  # fmt: skip
-    """DREAM §5–6: head count (Fig. 3), random heads (Fig. 2), candidate count (Fig. 6), judge LoRA (Fig. 5).
+    """DREAM §5–6: head count (Fig. 3), random heads (Fig. 2), candidate count (Fig. 6), judge LoRA (Fig. 5), and
+    the suffix-injection variant (not the paper).
 
     Each is a named delta of the profile's config; the default configuration is the reference row of every
     ablation table, at the seeds the ablation ran (an experiment whose delta changes nothing reuses the
     default's trained weights). ``head_selection_seeds``: the training seeds of the Fig. 2 ablation (random
-    heads), the others run one; ``random_middle_seeds`` those of its middle-layer variant (None: the same).
+    heads; empty: the config's seed); ``random_middle_seeds`` those of its middle-layer variant (None: the same).
     ``candidate_counts``: Fig. 6's K values (a source's documents must give K chunks each), trained at
     ``candidate_count_seeds`` (empty: the config's seed). ``head_counts``:
     Fig. 3's head counts (the default's own count is the reference row, not an ablation), trained at
