@@ -188,7 +188,7 @@ def _mini() -> Profile:
         # and from the middle layers: the mechanism the paper's method rests on), Fig. 3 at 1 and 64 heads (at
         # seed 0, 64 heads beat the paper's 16: the further seeds decide the reversal), Fig. 6 at K = 4, Fig. 5
         # (the LoRA-trained judge) and the suffix-injection variant; the report labels a claim on fewer than 3
-        # seeds indicative
+        # seeds indicative, so none is
         experiments=main_experiments(MINI_TUNED, MINI_CONFIG, MINI_LEFT_OUT)
         + study_experiments(
             MINI_CONFIG,
@@ -196,15 +196,10 @@ def _mini() -> Profile:
             {
                 "dream": {
                     "datasets": ("wiki-desc2lead", "nano-scifact", "nano-arguana"),
-                    "head_selection_seeds": (0, 1, 2),
-                    "random_middle_seeds": (0, 1, 2),
+                    "seeds": (0, 1, 2),
                     "head_counts": (1, 16, 64),
-                    "head_count_seeds": (0, 1, 2),
                     # 16-word leads: few articles give 16 chunks, thousands give 4
                     "candidate_counts": (4,),
-                    "candidate_count_seeds": (0, 1, 2),
-                    "judge_lora_seeds": (0, 1, 2),
-                    "inject_suffix_seeds": (0, 1, 2),
                 }
             },
         ),

@@ -564,6 +564,23 @@ def test_the_plan_runs_the_main_table_with_every_seed_first_then_the_ablations()
     assert [j.experiment.name for j in three] == ["heads-top1", "heads-top1@seed1", "heads-top1@seed2"]
 
 
+
+def test_the_dream_study_trains_every_ablation_at_its_shared_seeds_unless_it_names_its_own():
+    """``seeds`` is every DREAM ablation's training seeds; an ablation's own option replaces it, and random
+    middle-layer heads follow the random heads' own seeds unless they name theirs."""
+    from dreambench.studies.dream.ablations import dream_ablations
+
+    def seeds_of(**options):
+        return {e.name: e.seeds for e in dream_ablations(16, 8, (), {}, candidate_counts=(4,), head_counts=(1,),
+                                                         **options)}  # fmt: skip
+
+    assert set(seeds_of(seeds=(0, 1, 2)).values()) == {(0, 1, 2)}
+    assert set(seeds_of().values()) == {()}  # the config's seed
+    mixed = seeds_of(seeds=(0, 1, 2), judge_lora_seeds=(5,), head_selection_seeds=(7, 8))
+    assert mixed == {"heads-top1": (0, 1, 2), "heads-random": (7, 8), "heads-random-middle": (7, 8),
+                     "candidates-4": (0, 1, 2), "inject-suffix": (0, 1, 2), "judge-lora": (5,)}  # fmt: skip
+    assert seeds_of(seeds=(0, 1), head_selection_seeds=(7,), random_middle_seeds=(3,))["heads-random-middle"] == (3,)
+
 def test_the_signal_check_runs_after_the_main_table_and_before_the_ablations(workspace):
     """DREAM's signal check (minutes) must not delay the main table: it runs between stage 1 and stage 2;
     with no main table in the plan, first."""

@@ -44,18 +44,20 @@ class DreamStudy(Study):
         candidate_count_seeds: tuple[int, ...] = (),
         judge_lora_seeds: tuple[int, ...] = (),
         inject_suffix_seeds: tuple[int, ...] = (),
+        seeds: tuple[int, ...] = (),
     ) -> tuple[Experiment, ...]:
-        """Every ablation on ``datasets`` (empty: the profile's sets); the random-heads ablation (Fig. 2) at
-        ``head_selection_seeds`` (its middle-layer variant at ``random_middle_seeds``, None: the same); Fig. 3 at ``head_counts``, trained at ``head_count_seeds``, and Fig. 6 at
-        ``candidate_counts``, trained at ``candidate_count_seeds``, Fig. 5 at ``judge_lora_seeds`` and the
-        suffix-injection variant at ``inject_suffix_seeds`` (empty: the config's seed)."""
+        """Every ablation on ``datasets`` (empty: the profile's sets), trained at ``seeds`` (empty: the config's
+        seed) unless it names seeds of its own: the random-heads ablation (Fig. 2) ``head_selection_seeds`` (its
+        middle-layer variant ``random_middle_seeds``, None: the same), Fig. 3 at ``head_counts``
+        ``head_count_seeds``, Fig. 6 at ``candidate_counts`` ``candidate_count_seeds``, Fig. 5
+        ``judge_lora_seeds`` and the suffix-injection variant ``inject_suffix_seeds``."""
         heads = method_params(METHODS.get("dream").Params, config, "dream").num_heads
         return dream_ablations(
             heads, config.data.num_candidates, datasets, tuned.get("dream", {}),
             head_selection_seeds=head_selection_seeds, candidate_counts=candidate_counts, head_counts=head_counts,
             random_middle_seeds=random_middle_seeds, head_count_seeds=head_count_seeds,
             candidate_count_seeds=candidate_count_seeds, judge_lora_seeds=judge_lora_seeds,
-            inject_suffix_seeds=inject_suffix_seeds,
+            inject_suffix_seeds=inject_suffix_seeds, seeds=seeds,
         )  # fmt: skip
 
     def run_stage(self, jobs: Sequence[Job], workspace: Workspace) -> int:
