@@ -139,7 +139,12 @@ def test_a_second_process_waits_for_the_likelihoods_another_is_scoring_and_reads
     second = []
     thread = threading.Thread(target=lambda: second.append(replug(workspace)[0]))
     thread.start()
-    time.sleep(0.5)
+    # the second run reaches the lock after loading its retriever (seconds under a loaded CI): release only once
+    # it is waiting on it, or it takes the free lock without waiting and the test races
+    deadline = time.monotonic() + 120
+    while "another process is building REPLUG's judge likelihoods" not in caplog.text and thread.is_alive():
+        assert time.monotonic() < deadline, "the second run never waited on the build lock"
+        time.sleep(0.05)
     assert not second  # waiting
     path.write_text(lines)  # the first process's lines, then its lock is released
     held.release()
