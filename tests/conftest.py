@@ -25,6 +25,18 @@ if "PYTEST_XDIST_WORKER" in os.environ and "torch" not in sys.modules:
 SHARED_DATASETS = PROJECT_ROOT.parent / "shared" / "datasets"
 
 
+def wait_until_waiting(caplog: pytest.LogCaptureFixture, message: str, thread, timeout: float = 120) -> None:
+    """Block until ``thread`` has logged ``message`` (it is waiting on a lock this test holds). A fixed sleep
+    races: under a loaded CI the thread can reach the lock only after the test has released it, and then takes
+    it without waiting."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while message not in caplog.text and thread.is_alive():
+        assert time.monotonic() < deadline, f"the thread never logged {message!r}"
+        time.sleep(0.05)
+
+
 def write_beir(folder: Path, corpus: dict, queries: dict, qrels: dict, split: str = "test") -> Path:
     (folder / "qrels").mkdir(parents=True, exist_ok=True)
     with (folder / "corpus.jsonl").open("w") as handle:

@@ -4,6 +4,7 @@ set aside and computed again: it never blocks the run, and ``--dry-run`` does no
 import json
 
 import pytest
+from conftest import wait_until_waiting
 
 from dreambench.method import METHODS
 from dreambench.plan import plan_jobs
@@ -70,7 +71,6 @@ def test_a_second_process_waits_for_the_head_ranking_another_is_computing_and_re
     """Two DREAM runs side by side (a search's seeds, shards of a plan) need the same ranking: the second waits
     on its build lock, then reads the file the first wrote instead of ranking the heads again."""
     import threading
-    import time
 
     from filelock import FileLock
 
@@ -90,7 +90,7 @@ def test_a_second_process_waits_for_the_head_ranking_another_is_computing_and_re
     second = []
     thread = threading.Thread(target=lambda: second.append(heads.load_or_rank_heads(judge, probe, workspace, 4, 64, 32)))
     thread.start()
-    time.sleep(0.5)
+    wait_until_waiting(caplog, "another process is building the head ranking", thread)
     assert not second  # waiting
     path.write_text(text)
     held.release()

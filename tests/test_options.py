@@ -2,9 +2,9 @@
 work; options mean exactly what they say; a run that ran nothing does not exit 0."""
 
 import threading
-import time
 
 import pytest
+from conftest import wait_until_waiting
 from filelock import FileLock
 
 from dreambench.cli import run_all
@@ -83,7 +83,7 @@ def test_a_second_builder_waits_for_the_first_and_says_so(tmp_path, caplog):
 
     thread = threading.Thread(target=second)
     thread.start()
-    time.sleep(0.5)
+    wait_until_waiting(caplog, "another process is building the training data", thread)
     assert not built  # waiting
     target.mkdir()
     held.release()

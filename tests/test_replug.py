@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from conftest import wait_until_waiting
 
 from dreambench.config import apply_overrides
 from dreambench.profiles import PROFILES
@@ -118,7 +119,6 @@ def test_a_second_process_waits_for_the_likelihoods_another_is_scoring_and_reads
     """Two processes that need the same likelihoods (shards of a plan, a search's runs side by side): the second
     waits on the cache's build lock, then reads what the first wrote instead of loading the judge again."""
     import threading
-    import time
     from pathlib import Path
 
     from filelock import FileLock
@@ -139,12 +139,8 @@ def test_a_second_process_waits_for_the_likelihoods_another_is_scoring_and_reads
     second = []
     thread = threading.Thread(target=lambda: second.append(replug(workspace)[0]))
     thread.start()
-    # the second run reaches the lock after loading its retriever (seconds under a loaded CI): release only once
-    # it is waiting on it, or it takes the free lock without waiting and the test races
-    deadline = time.monotonic() + 120
-    while "another process is building REPLUG's judge likelihoods" not in caplog.text and thread.is_alive():
-        assert time.monotonic() < deadline, "the second run never waited on the build lock"
-        time.sleep(0.05)
+    # the second run reaches the lock after loading its retriever (seconds under a loaded CI)
+    wait_until_waiting(caplog, "another process is building REPLUG's judge likelihoods", thread)
     assert not second  # waiting
     path.write_text(lines)  # the first process's lines, then its lock is released
     held.release()
