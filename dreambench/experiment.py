@@ -43,6 +43,9 @@ class Profile:
     # the training seeds every grid point runs at (scored by the mean held-out MRR over them; an axis keeps
     # its earliest value within one standard error of the best: search_basis.select); empty: train.seed only
     tuning_seeds: tuple[int, ...] = ()
+    # per axis key, values past a grid's last one: while an axis keeps its last searched value (the best lies at
+    # the grid's edge by more than the seed noise), the search adds the next of these, one at a time
+    tuning_beyond: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     # whether it runs without the internet (a main-table method that needs it is listed, not run)
     offline: bool = True
     # training seeds of the main table's trained methods in the default run (``--seeds`` overrides);

@@ -16,7 +16,8 @@ from .method import METHODS
 SELECTION_METRIC = "mrr"  # held-out MRR of the target among the K candidates
 SELECTION = (f"held-out {SELECTION_METRIC} of the target among K, mean over the seeds; the earliest value of "
              "the axis within one standard error (the seed variance pooled over the axis) of the best point's "
-             "mean (coordinate search, axes in order)")  # fmt: skip
+             "mean (coordinate search, axes in order; an axis that keeps its last value adds the profile's next value "
+             "beyond it, one at a time)")  # fmt: skip
 
 
 def _seed_scores(point: Mapping[str, Any]) -> list[float]:
@@ -63,16 +64,31 @@ def select(points: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     return next((p for p in usable if p["heldout_mrr"] >= floor), best)
 
 
-def rechoose(record: Mapping[str, Any]) -> dict[str, Any] | None:
+def next_beyond(points: Sequence[Mapping[str, Any]], beyond: Sequence[Any]) -> Any | None:
+    """The value an axis adds next (None: its search is done): the first of ``beyond`` not yet searched, where
+    ``select`` keeps the last value searched (``points`` in search order: the grid's values, then those added).
+    The best point then lies at the edge of the searched values by more than the seed noise, so the grid has not
+    bracketed the optimum."""
+    kept = select(points)
+    if kept is None or kept is not points[-1]:
+        return None
+    searched = [p["value"] for p in points]
+    return next((value for value in beyond if value not in searched), None)
+
+
+def rechoose(record: Mapping[str, Any], beyond: Mapping[str, Sequence[Any]] | None = None) -> dict[str, Any] | None:
     """What ``select`` chooses, axis by axis, from a stored search's points (each axis's points taken at the
     earlier axes' choices); None where the record lacks the points to say (an axis not searched at the values
-    ``select`` keeps for the earlier ones). The report compares it with the record's stored ``chosen``."""
+    ``select`` keeps for the earlier ones, or one that keeps its last value while a value ``beyond`` it, the
+    record's own unless given, is not searched yet). The report compares it with the record's ``chosen``."""
     axes = list(dict.fromkeys([key for key, _ in record.get("grid") or []]
                               or [p["axis"] for p in record.get("points", [])]))  # fmt: skip
+    beyond = record.get("beyond") or {} if beyond is None else beyond
     chosen: dict[str, Any] = {}
     for key in axes:
-        kept = select(axis_points(record.get("points", []), key, chosen))
-        if kept is None:
+        points = axis_points(record.get("points", []), key, chosen)
+        kept = select(points)
+        if kept is None or next_beyond(points, beyond.get(key, ())) is not None:
             return None
         chosen[key] = kept["value"]
     return chosen

@@ -8,9 +8,11 @@ target among the K candidates, averaged over the profile's tuning seeds (``Profi
 kept is the earliest in the grid whose score is within one standard error of the best point's (the
 one-standard-error rule, ``search_basis.select``, the error from the seed variance pooled over the axis): the
 first value a grid lists is its preferred one (the smallest learning rate; a knob's default), so a larger
-step is taken only where it wins by more than the seed noise. Every point trains with the profile's full
-budget at each tuning seed, and is scored on the held-out training-format instances (articles never trained
-on) — never on an evaluation set.
+step is taken only where it wins by more than the seed noise. An axis that keeps its last value (its best at
+the grid's edge by more than that noise: the grid has not bracketed the optimum) adds the profile's next value
+past it (``Profile.tuning_beyond``), one at a time, until it keeps an inner one or the values run out. Every
+point trains with the profile's full budget at each tuning seed, and is scored on the held-out training-format
+instances (articles never trained on) — never on an evaluation set.
 
 A point is an ordinary training run: its checkpoint is keyed by the configuration like any other, so an
 interrupted search resumes, and the chosen point's runs *are* the main table's runs at those seeds (trained
@@ -35,7 +37,7 @@ from .experiment import Profile
 from .method import METHODS
 from .results import load_tuning
 from .runner import held_lock
-from .search_basis import SELECTION, select, tuning_basis, tuning_is_current
+from .search_basis import SELECTION, next_beyond, select, tuning_basis, tuning_is_current
 from .training.trainer import TrainingDiverged, checkpoint_state
 from .workspace import Workspace, file_lock, git_info, machine_info, write_json_atomic
 
@@ -60,10 +62,15 @@ def check_grid(profile: Profile, config: RunConfig, methods: Sequence[str], work
         for key, values in profile.tuning[method]:
             if not values:
                 raise ValueError(f"tuning grid {method}: axis {key} has no values")
-            for value in values:
+            for value in (*values, *profile.tuning_beyond.get(key, ())):  # the values added past it too
                 point = apply_overrides(config, {key: value}, where=f"tuning grid {method}")
                 check_ranges(point, f"tuning grid {method} ({key}={value})")
                 METHODS.get(method)(point, workspace, "tune")  # the adapter validates its params
+    axes = {key for grid in profile.tuning.values() for key, _ in grid}
+    for key in profile.tuning_beyond:
+        if key not in axes:
+            raise ValueError(f"profile {profile.name!r}: tuning_beyond names {key!r}, an axis none of its grids "
+                             f"has (axes: {sorted(axes)})")  # fmt: skip
 
 
 def _train_and_score(method: str, config: RunConfig, workspace: Workspace) -> dict[str, Any]:
@@ -206,9 +213,10 @@ def tune(
     after each run it trains, not after those it takes from the records).
 
     ``shard`` (I, N), ``--tune --shard I/N``: this process trains every N-th run of an axis, from its I-th, the
-    runs being the axis's values × the tuning seeds in grid order; it goes on to the next axis only once every
-    run of this one is recorded (by any shard), and otherwise returns None without writing the record, leaving
-    the choice to a later ``--tune`` that finds every run recorded."""
+    runs being the axis's values (those added beyond the grid included) × the tuning seeds in search order; it
+    goes on only once every run of the axis is recorded (by any shard), and otherwise returns None, leaving the
+    choice to a later ``--tune`` that finds every run recorded (the record it has written so far is marked
+    incomplete)."""
     grid = profile.tuning[method]
     seeds = tuning_seeds(profile, config)
     path = tuning_path(workspace.results_dir, profile.name, method)
@@ -216,27 +224,34 @@ def tune(
     chosen: dict[str, Any] = {}
     points: list[dict[str, Any]] = []
     seen: dict[str, dict[str, Any]] = {}
-    for key, values in grid:
-        if shard is not None:
-            share = _train_share(method, config, chosen, key, values, seeds, workspace, path, shard, on_run)
-            if share is None:
-                return None
-            recorded = share
-        scored = []
-        for value in values:
-            overrides = {**chosen, key: value}
-            point_config = apply_overrides(config, overrides, where=f"tuning {method}")
-            ident = fingerprint(point_config)
-            if ident not in seen:  # a point already trained in an earlier axis is not trained again
-                log.info("tuning %s: %s (seeds %s)", method, _label(overrides), ", ".join(map(str, seeds)))
-                seen[ident] = _score_point(method, point_config, seeds, workspace, recorded, path, on_run)
-            record = {"axis": key, "value": value, "overrides": dict(overrides), **seen[ident]}
-            points.append(record)
-            scored.append(record)
-            _write(path, profile, config, method, grid, seeds, points, chosen, complete=False)
-        kept = select(scored)
-        if kept is None:
-            raise RuntimeError(f"tuning {method}: no point of axis {key} trained (see {path})")
+    for key, declared in grid:
+        values, scored = list(declared), []
+        while True:  # the grid's values, then one value beyond them at a time while the axis keeps its last
+            if shard is not None:
+                share = _train_share(method, config, chosen, key, values, seeds, workspace, path, shard, on_run)
+                if share is None:
+                    return None
+                recorded = share
+            for value in values[len(scored) :]:
+                overrides = {**chosen, key: value}
+                point_config = apply_overrides(config, overrides, where=f"tuning {method}")
+                ident = fingerprint(point_config)
+                if ident not in seen:  # a point already trained in an earlier axis is not trained again
+                    log.info("tuning %s: %s (seeds %s)", method, _label(overrides), ", ".join(map(str, seeds)))
+                    seen[ident] = _score_point(method, point_config, seeds, workspace, recorded, path, on_run)
+                record = {"axis": key, "value": value, "overrides": dict(overrides), **seen[ident]}
+                points.append(record)
+                scored.append(record)
+                _write(path, profile, config, method, grid, seeds, points, chosen, complete=False)
+            kept = select(scored)
+            if kept is None:
+                raise RuntimeError(f"tuning {method}: no point of axis {key} trained (see {path})")
+            further = next_beyond(scored, profile.tuning_beyond.get(key, ()))
+            if further is None:
+                break
+            log.info("tuning %s: %s keeps its last value %s by more than the seed noise: adding %s", method, key,
+                     kept["value"], further)  # fmt: skip
+            values.append(further)
         chosen[key] = kept["value"]
         log.info("tuning %s: %s = %s (held-out MRR %.4f, mean of %d seeds; the earliest within one "
                  "standard error of the best)", method, key, kept["value"], kept["heldout_mrr"],
@@ -290,8 +305,12 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
     lines = [f"{method}: {axes}, coordinate search in this order, {config.train.steps} steps per point at seed"
              f"{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"]  # fmt: skip
     chosen: dict[str, Any] = {}
-    for index, (key, values) in enumerate(grid):
-        lines.append(f"  {key}: {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in values)}")
+    for index, (key, declared) in enumerate(grid):
+        beyond = profile.tuning_beyond.get(key, ())
+        values = [*declared, *(v for v in beyond if ident({**chosen, key: v}) in done)]  # those added so far
+        lines.append(f"  {key}: {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in declared)}"
+                     + (f" (beyond, while the axis keeps its last value: {', '.join(map(str, beyond))})"
+                        if beyond else ""))  # fmt: skip
         for value in values:
             point = done.get(ident({**chosen, key: value}))
             if point is not None:
@@ -316,7 +335,11 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
                 lines.append(f"    {value!s:<10} seed {seed}: {state}")
         scored = [done[ident({**chosen, key: v})] for v in values if ident({**chosen, key: v}) in done]
         kept = select(scored)
-        if len(scored) < len(values) or kept is None:
+        further = next_beyond(scored, beyond) if len(scored) == len(values) and kept is not None else None
+        if further is not None:
+            lines.append(f"    {further!s:<10} next: the axis keeps its last value {kept['value']}, so the search "
+                         "adds this one")  # fmt: skip
+        if len(scored) < len(values) or kept is None or further is not None:
             rest = [k for k, _ in list(grid)[index + 1 :]]
             if rest:
                 lines.append(f"  then {', '.join(rest)}: their points depend on this axis's choice")
@@ -332,6 +355,8 @@ def _write(path: Path, profile: Profile, config: RunConfig, method: str, grid: A
         "method": method,
         "selection": SELECTION,
         "grid": [[key, list(values)] for key, values in grid],
+        # the values an axis may add past its grid (search_basis.next_beyond): the points show those it added
+        "beyond": {key: list(profile.tuning_beyond[key]) for key, _ in grid if profile.tuning_beyond.get(key)},
         "seeds": list(seeds),
         "base_fingerprint": fingerprint(config),
         "basis": tuning_basis(config, method, [key for key, _ in grid]),

@@ -5,6 +5,7 @@ import json
 import pytest
 
 import run_all
+from dreambench.config import apply_overrides
 from dreambench.method import METHODS
 from dreambench.profiles import PROFILES
 from dreambench.report.runs import profile_values
@@ -74,6 +75,15 @@ def test_a_bad_grid_fails_before_any_training(workspace, capsys):
     assert run_all.main([*_args(workspace), "--tune", "--methods", "infonce", "--set", "train.steps=0"]) == 2
     assert "train.steps = 0" in capsys.readouterr().err
     assert not (workspace.cache_dir / "checkpoints").exists()
+    # a value past the grid is checked with the grid's, and a key past the grids names no axis
+    import dataclasses
+
+    from dreambench.tuning import check_grid
+
+    profile = _two_rate_profile()
+    for beyond, message in (({"train.lr": (-1.0,)}, "train.lr"), ({"train.steps": (5,)}, "'train.steps', an axis")):
+        with pytest.raises(ValueError, match=message):
+            check_grid(dataclasses.replace(profile, tuning_beyond=beyond), profile.config, ["infonce"], workspace)
 
 
 TRAINED = [n for n, cls in METHODS.items() if cls.main_table and cls.trainable]
@@ -115,8 +125,9 @@ def test_an_incomplete_search_says_how_far_it_got_and_what_the_main_table_uses(t
     assert lines[2].startswith("- not tuned yet (run at the profile's values): ")
     assert "dream" in lines[2] and "infonce" not in lines[2].split(";")[0]
     # a complete search that chose the profile's own value agrees with the profile, committed values or none
-    def at(value):  # the record's one point, at the value it chose
-        return [{**point, "value": value, "overrides": {"train.lr": value}}]
+    def at(value):  # the point it chose, and a larger rate scoring lower (so mini adds no rate beyond the grid)
+        return [{**point, "value": value, "overrides": {"train.lr": value}},
+                {**point, "value": 1.0, "overrides": {"train.lr": 1.0}, "heldout_mrr": 0.1}]  # fmt: skip
 
     (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": at(lr),
                                                      "chosen": {"train.lr": lr}, "selection": SELECTION}))  # fmt: skip
@@ -499,3 +510,69 @@ def test_sharded_tune_on_the_command_line_goes_axis_by_axis(workspace, monkeypat
     record = load_tuning(workspace.results_dir, "smoke")["infonce"]
     assert record["complete"] and record["chosen"] == {"train.lr": 3e-3, "methods.infonce.temperature": 0.1}
     assert "infonce: chose" in capsys.readouterr().out
+
+
+def test_an_axis_that_keeps_its_last_rate_adds_the_next_beyond_it_until_it_keeps_an_inner_one(
+    workspace, monkeypatch, tmp_path
+):  # fmt: skip
+    """The grid's last rate wins by more than the seed noise (1e-3: 0.705 against 0.605): the optimum is not
+    bracketed, so the search adds 3e-3 (0.805, kept again), then 1e-2 (0.51), and keeps 3e-3; it never trains a
+    value past the one it keeps. Sharded, each shard trains its share of the added values too. The report takes a
+    stored search that kept its grid's last rate, where the profile declares values beyond it, as incomplete."""
+    import dataclasses
+
+    from dreambench import tuning
+    from dreambench.report import tuning_section
+    from dreambench.search_basis import next_beyond, rechoose
+
+    mrr = {3e-4: 0.60, 1e-3: 0.70, 3e-3: 0.80, 1e-2: 0.51, 3e-2: 0.0}
+    trained = []
+
+    def fake(method, config, ws):
+        trained.append((config.train.lr, config.train.seed))
+        name = METHODS.get(method)(config, ws, "tune").checkpoint_dir().name
+        return {"checkpoint": name, "heldout_mrr": mrr[config.train.lr] + 0.01 * config.train.seed,
+                "train_seconds": 30.0}  # fmt: skip
+
+    monkeypatch.setattr(tuning, "_train_and_score", fake)
+    profile = dataclasses.replace(_two_rate_profile(), tuning_beyond={"train.lr": (3e-3, 1e-2, 3e-2)})
+    record = tuning.tune(profile, profile.config, "infonce", workspace)
+    assert trained == [(lr, seed) for lr in (3e-4, 1e-3, 3e-3, 1e-2) for seed in (0, 1)]  # never 3e-2
+    assert [p["value"] for p in record["points"]] == [3e-4, 1e-3, 3e-3, 1e-2]
+    assert record["chosen"] == {"train.lr": 3e-3} and record["beyond"] == {"train.lr": [3e-3, 1e-2, 3e-2]}
+    assert rechoose(record) == record["chosen"]
+    assert next_beyond(record["points"][:2], (3e-3,)) == 3e-3 and next_beyond(record["points"][:3], ()) is None
+    assert next_beyond(record["points"][:3], (3e-3, 1e-2)) == 1e-2 and next_beyond(record["points"], (1e-2,)) is None
+    # the values run out while the axis still keeps its last: it keeps that one, and the search is complete
+    trained.clear()
+    short = dataclasses.replace(profile, config=apply_overrides(profile.config, {"train.steps": 5}),
+                                tuning_beyond={"train.lr": (3e-3,)})  # fmt: skip
+    ended = tuning.tune(short, short.config, "infonce", workspace)
+    assert ended["complete"] and ended["chosen"] == {"train.lr": 3e-3} and rechoose(ended) == ended["chosen"]
+    assert (1e-2, 0) not in trained and len(trained) == 6
+    # --tune --dry-run on a record that stopped at the grid's edge names the value the search adds next
+    edge = {**record, "points": record["points"][:2], "chosen": {"train.lr": 1e-3}}
+    tuning.write_json_atomic(tuning.tuning_path(workspace.results_dir, "smoke", "infonce"), edge)
+    monkeypatch.setattr(tuning, "tuning_is_current", lambda stored, config: True)
+    lines = tuning.describe(profile, profile.config, "infonce", workspace)
+    assert any(line.split() == ["0.003", "next:", "the", "axis", "keeps", "its", "last", "value", "0.001,", "so",
+                                "the", "search", "adds", "this", "one"] for line in lines), lines  # fmt: skip
+    # sharded: the shards reach the added values in turn, and the last to finish chooses as above
+    trained.clear()
+    other = dataclasses.replace(profile, config=apply_overrides(profile.config, {"train.steps": 3}))
+    assert tuning.tune(other, other.config, "infonce", workspace, shard=(1, 2)) is None
+    assert tuning.tune(other, other.config, "infonce", workspace, shard=(0, 2)) is None  # added 3e-3: shard 1's
+    assert tuning.tune(other, other.config, "infonce", workspace, shard=(1, 2)) is None  # added 1e-2: shard 0's
+    sharded = tuning.tune(other, other.config, "infonce", workspace, shard=(0, 2))
+    assert sharded["chosen"] == {"train.lr": 3e-3} and sorted(trained) == sorted(
+        (lr, seed) for lr in (3e-4, 1e-3, 3e-3, 1e-2) for seed in (0, 1))  # fmt: skip
+    # the report: mini declares rates beyond its grid, so a search that kept the grid's last rate is incomplete
+    folder = tmp_path / "mini" / "tuning"
+    folder.mkdir(parents=True)
+    points = [{**_point(lr, score, score + 0.01), "axis": "train.lr", "overrides": {"train.lr": lr}}
+              for lr, score in ((1e-4, 0.50), (3e-4, 0.60), (1e-3, 0.70))]  # fmt: skip
+    (folder / "infonce.json").write_text(json.dumps({"method": "infonce", "complete": True, "points": points,
+                                                     "chosen": {"train.lr": 1e-3}, "selection": SELECTION}))  # fmt: skip
+    assert tuning_section(tmp_path, "mini")[1][0].startswith(
+        "- infonce: search incomplete (3 points so far and it kept its grid's last value, past which the profile "
+        "adds more; ")  # fmt: skip
