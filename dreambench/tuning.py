@@ -10,9 +10,10 @@ one-standard-error rule, ``search_basis.select``, the error from the seed varian
 first value a grid lists is its preferred one (the smallest learning rate; a knob's default), so a larger
 step is taken only where it wins by more than the seed noise. An axis that keeps its last value (its best at
 the grid's edge by more than that noise: the grid has not bracketed the optimum) adds the profile's next value
-past it (``Profile.tuning_beyond``), one at a time, until it keeps an inner one or the values run out. Every
-point trains with the profile's full budget at each tuning seed, and is scored on the held-out training-format
-instances (articles never trained on) — never on an evaluation set.
+past it (``Profile.tuning_beyond``), one at a time, until it keeps an inner one (a value whose runs diverge has
+no score and ends it too) or the values run out. Every point trains with the profile's full budget at each
+tuning seed, and is scored on the held-out training-format instances (articles never trained on) — never on an
+evaluation set.
 
 A point is an ordinary training run: its checkpoint is keyed by the configuration like any other, so an
 interrupted search resumes, and the chosen point's runs *are* the main table's runs at those seeds (trained
@@ -125,12 +126,14 @@ def runs_path(path: Path) -> Path:
 
 def recorded_runs(path: Path) -> dict[str, dict[str, Any]]:
     """The per-seed runs a stored tuning record and its runs file hold, by checkpoint name (the fingerprint of
-    everything training depends on), failed runs left out: a search resumed on another machine, or after its
-    checkpoints were cleared, takes these scores instead of training the same configuration again."""
+    everything training depends on): a search resumed on another machine, or after its checkpoints were cleared,
+    takes these scores instead of training the same configuration again. A diverged run is among them, marked
+    ``failed``: the same configuration on the same data would diverge again (delete its entry from the runs file
+    to train it anew)."""
     runs = list(json.loads(runs_path(path).read_text()).values()) if runs_path(path).is_file() else []
     if path.is_file():
         runs += [run for point in json.loads(path.read_text()).get("points", []) for run in point.get("seeds", [])]
-    return {run["checkpoint"]: run for run in runs if run.get("checkpoint") and not run.get("failed")}
+    return {run["checkpoint"]: run for run in runs if run.get("checkpoint")}
 
 
 def _record_run(path: Path, run: dict[str, Any], workspace: Workspace) -> None:
@@ -187,7 +190,7 @@ def _score_point(
                          "training_data": data_fingerprint(seeded.data)})  # fmt: skip
             if on_run is not None and not cached:
                 on_run()
-        if record_to is not None and not runs[-1].get("failed"):
+        if record_to is not None:  # a diverged run too: it would diverge again (the same data, seed and rate)
             _record_run(record_to, {k: v for k, v in runs[-1].items() if k != "reused"}, workspace)
     point: dict[str, Any] = {"seeds": runs}
     for key in MEANS:
@@ -325,6 +328,8 @@ def describe(profile: Profile, config: RunConfig, method: str, workspace: Worksp
                 if run is not None and run.get("training_data") == data_fingerprint(point_config.data):
                     mrr = run.get("heldout_mrr")
                     state = f"recorded, held-out MRR {'n/a' if mrr is None else f'{mrr:.4f}'} (not trained again)"
+                    if run.get("failed"):
+                        state = f"recorded as failed ({run['failed']}; not trained again)"
                     here = built_sha(point_config, workspace) if recorded_sha else None
                     if recorded_sha and here is None:
                         state = state[:-1] + f" if the data built here has sha256 {recorded_sha[:12]})"

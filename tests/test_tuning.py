@@ -576,3 +576,37 @@ def test_an_axis_that_keeps_its_last_rate_adds_the_next_beyond_it_until_it_keeps
     assert tuning_section(tmp_path, "mini")[1][0].startswith(
         "- infonce: search incomplete (3 points so far and it kept its grid's last value, past which the profile "
         "adds more; ")  # fmt: skip
+
+
+def test_a_diverged_run_is_recorded_so_shards_finish_and_no_search_trains_it_again(workspace, monkeypatch):
+    """lr 1e-3 diverges at seed 1: the run is recorded as failed, so the shard that finishes the axis chooses
+    (the failed point has no mean; 3e-4 is kept) instead of waiting for a run that would diverge again, a plain
+    --tune then trains nothing, and the rate past the grid is not added (the axis does not keep its last value)."""
+    import dataclasses
+
+    from dreambench import tuning
+
+    trained = []
+
+    def fake(method, config, ws):
+        trained.append((config.train.lr, config.train.seed))
+        name = METHODS.get(method)(config, ws, "tune").checkpoint_dir().name
+        if (config.train.lr, config.train.seed) == (1e-3, 1):
+            return {"checkpoint": name, "failed": "loss is nan at step 3"}
+        return {"checkpoint": name, "heldout_mrr": 0.6 + 100 * config.train.lr, "train_seconds": 30.0}
+
+    monkeypatch.setattr(tuning, "_train_and_score", fake)
+    profile = dataclasses.replace(_two_rate_profile(), tuning_beyond={"train.lr": (3e-3,)})
+    path = tuning.tuning_path(workspace.results_dir, "smoke", "infonce")
+    assert tuning.tune(profile, profile.config, "infonce", workspace, shard=(1, 2)) is None
+    assert trained == [(3e-4, 1), (1e-3, 1)]
+    failed = [run for run in json.loads(tuning.runs_path(path).read_text()).values() if run.get("failed")]
+    assert [run["seed"] for run in failed] == [1] and failed[0]["failed"] == "loss is nan at step 3"
+    record = tuning.tune(profile, profile.config, "infonce", workspace, shard=(0, 2))
+    assert trained[2:] == [(3e-4, 0), (1e-3, 0)] and record["complete"]
+    assert record["chosen"] == {"train.lr": 3e-4} and [p["value"] for p in record["points"]] == [3e-4, 1e-3]
+    assert record["points"][1]["heldout_mrr"] is None and "seed 1: loss is nan" in record["points"][1]["failed"]
+    assert tuning.tune(profile, profile.config, "infonce", workspace)["chosen"] == record["chosen"]
+    assert len(trained) == 4  # nothing trained again, the diverged run included; 3e-3 never added
+    lines = tuning.describe(profile, profile.config, "infonce", workspace)
+    assert any(" done: held-out MRR failed" in line for line in lines), lines
