@@ -16,8 +16,8 @@ from .method import METHODS
 SELECTION_METRIC = "mrr"  # held-out MRR of the target among the K candidates
 SELECTION = (f"held-out {SELECTION_METRIC} of the target among K, mean over the seeds; the earliest value of "
              "the axis within one standard error (the seed variance pooled over the axis) of the best point's "
-             "mean (coordinate search, axes in order; an axis that keeps its last value adds the profile's next value "
-             "beyond it, one at a time)")  # fmt: skip
+             "mean (coordinate search, axes in order; an axis that keeps its last value adds the profile's next "
+             "value beyond it, one at a time)")  # fmt: skip
 
 
 def _seed_scores(point: Mapping[str, Any]) -> list[float]:
@@ -76,7 +76,9 @@ def next_beyond(points: Sequence[Mapping[str, Any]], beyond: Sequence[Any]) -> A
     return next((value for value in beyond if value not in searched), None)
 
 
-def rechoose(record: Mapping[str, Any], beyond: Mapping[str, Sequence[Any]] | None = None) -> dict[str, Any] | None:
+def rechoose(
+    record: Mapping[str, Any], beyond: Mapping[str, Sequence[Any]] | None = None
+) -> dict[str, Any] | None:
     """What ``select`` chooses, axis by axis, from a stored search's points (each axis's points taken at the
     earlier axes' choices); None where the record lacks the points to say (an axis not searched at the values
     ``select`` keeps for the earlier ones, or one that keeps its last value while a value ``beyond`` it, the

@@ -172,9 +172,10 @@ def _search_state(profile: str, method: str, record: dict[str, Any]) -> str:
         return "not searched"
     if not record["complete"]:
         return "incomplete"
-    if spec is not None and rechoose(record) == chosen and rechoose(record, spec.tuning_beyond) is None:
+    rechosen = rechoose(record)
+    if spec is not None and rechosen == chosen and rechoose(record, spec.tuning_beyond) is None:
         return "incomplete"  # it keeps an axis's last value, and the profile now searches values beyond it
-    if rechoose(record) != chosen:
+    if rechosen != chosen:
         return "earlier rule"
     used = profile_values(spec, method, list(chosen)) if spec is not None else {}
     return "used" if used == chosen else "not used"
@@ -231,11 +232,12 @@ def tuning_section(results_dir: Path, profile: str) -> tuple[pd.DataFrame, list[
         elif state == "incomplete":
             n_points = len(record["points"])
             values = used(method, axes)
-            edge = " and it kept its grid's last value, past which the profile adds more" if record["complete"] else ""
-            lines.append(f"- {method}: search incomplete ({n_points} point{'s' if n_points != 1 else ''} so far{edge}; "
-                         f"the main table runs at the profile's values {values}; resume with "
-                         f"`{_tune_command(profile, [method])}`; a run this record or its runs file holds is not "
-                         f"trained again, one whose checkpoint is in the cache is loaded, any other is trained).")  # fmt: skip
+            edge = " and it kept its grid's last value, past which the profile adds more"
+            lines.append(f"- {method}: search incomplete ({n_points} point{'s' if n_points != 1 else ''} so far"
+                         f"{edge if record['complete'] else ''}; the main table runs at the profile's values "
+                         f"{values}; resume with `{_tune_command(profile, [method])}`; a run this record or its "
+                         "runs file holds is not trained again, one whose checkpoint is in the cache is loaded, any "
+                         "other is trained).")  # fmt: skip
         elif state == "earlier rule":
             lines.append(f"- {method}: chose {chosen} by another selection rule ({record.get('selection')!r}; "
                          f"the current rule keeps {rechoose(record)}), so it chooses nothing for the current "
