@@ -282,7 +282,9 @@ REVELA = (
     Row("methods.revela.max_chunk_tokens", "Revela §4.1: 160", 64, 160, 160, TEST, code="157 (passage_max_len)"),
     Row("methods.revela.batches", "Revela §4.1, App. B.2: chunks end to end, cut into batches", "stream",
         "stream", "stream", "mini leaves Revela out of its main table for its measured cost (docs/budgets.md); "
-        "`--methods revela` runs it as published"),
+        "`--methods revela` runs it as published. The stream is laid from the training instances: each "
+        "article's K chunks of its candidate set, in document order, so a 16-chunk batch at K = 8 holds two "
+        "articles' windows; an article's chunks outside its set are not in it"),
     Row("methods.revela.batch_chunks", "Revela §4.1: 16", 8, 16, 16, TEST),
 )  # fmt: skip
 

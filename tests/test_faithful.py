@@ -226,3 +226,44 @@ def test_an_option_at_its_previous_behaviour_leaves_fingerprints_as_they_were():
     mixed = apply_overrides(mini, {"data.candidate_sets": "mixed"})
     assert fingerprint_view(mixed.data) == {k: v for k, v in to_jsonable(mixed.data).items() if k != "candidate_sets"}
     assert fingerprint(mixed.data) != fingerprint(mini.data) and "candidate_sets" in fingerprint_view(mini.data)
+
+
+def test_the_retrievers_own_score_product_is_fp32_under_a_bf16_step():
+    """``DenseRetriever.candidate_scores`` itself (not a stand-in) keeps the product in fp32 under the
+    training step's bf16 autocast: two scores ~1e-3 apart stay apart; with ``fp32=False`` they tie."""
+    from types import SimpleNamespace
+
+    from dreambench.models.retriever import DenseRetriever
+
+    q, d = _near_embeddings()
+    stub = SimpleNamespace(embed=lambda texts, kind: q if kind == "query" else d[0])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        exact = DenseRetriever.candidate_scores(stub, ["q"], [["a", "b"]])
+        rounded = DenseRetriever.candidate_scores(stub, ["q"], [["a", "b"]], fp32=False)
+    assert exact.dtype == torch.float32 and exact[0, 1] - exact[0, 0] > 5e-4
+    assert rounded.dtype == torch.bfloat16 and rounded[0, 0] == rounded[0, 1]
+
+
+def test_revelas_own_similarity_is_fp32_under_a_bf16_step(workspace):
+    """Revela's ``similarity`` (the method's, with its retriever's embeddings) computes Sim in fp32 under the
+    step's bf16 autocast: nearly parallel chunks get distinct weights at τ = 1e-4 and a nonzero gradient; at
+    ``train.score_precision = "autocast"`` the same weights collapse to ties."""
+    from types import SimpleNamespace
+
+    config = apply_overrides(SMOKE, {"train.precision": "bf16", "methods.revela.query_half": False})
+    method = METHODS.get("revela")(config, workspace, "default")
+    torch.manual_seed(0)
+    base = torch.randn(8)
+    e = torch.nn.functional.normalize(base + 3e-3 * torch.randn(4, 8), dim=-1).requires_grad_(True)
+    method.retriever = SimpleNamespace(embed=lambda texts, kind: e, device=torch.device("cpu"))
+    groups = [["a", "b", "c", "d"]]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        sim = method.similarity(groups)
+    off_diagonal = ~torch.eye(4, dtype=torch.bool)[None]
+    assert sim.dtype == torch.float32 and sim[off_diagonal].unique().numel() > 3
+    (sim[off_diagonal] * torch.arange(12.0)).sum().backward()
+    assert e.grad is not None and e.grad.abs().sum() > 0
+    method.config = apply_overrides(config, {"train.score_precision": "autocast"})
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        rounded = method.similarity(groups)
+    assert rounded[off_diagonal].unique().numel() < sim[off_diagonal].unique().numel()

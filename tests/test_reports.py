@@ -664,3 +664,55 @@ def test_the_readmes_main_table_is_the_committed_reports():
     for row in rows:
         for column, value in zip(header[1:], row[1:], strict=True):
             assert float(value) == pytest.approx(committed.loc[row[0], column], abs=5e-5), (row[0], column)
+
+
+def test_an_ablation_verdict_needs_a_significant_paired_difference():
+    """With per-query scores an ablation claim holds or fails only where the paired test over queries says
+    so; a gap inside the query noise reads "no significant difference", and leaving a seed out cannot flip it
+    on a mean alone. Fig. 3 tests 16 heads against each other count."""
+    import numpy as np
+
+    from dreambench.report import score_table, set_balanced_test
+    from dreambench.studies.dream.report_sections import claims_table
+
+    rng = np.random.default_rng(0)
+    base = {d: pd.Series(rng.uniform(0.2, 0.6, n), index=[f"q{i}" for i in range(n)])
+            for d, n in (("wiki-desc2lead", 300), ("nano-scifact", 50))}  # fmt: skip
+    noise = {(d, seed): pd.Series(rng.normal(0, 0.2, len(s)), index=s.index) for d, s in base.items() for seed in range(3)}
+    # (row, experiment, group, heads, shift per set, per-query noise)
+    plan = (("dream", "default", "main", 16, 0.0, 0.0),
+            ("dream/heads-random", "heads-random", "ablation-head-selection", 16, -0.2, 0.0),
+            ("dream/judge-lora", "judge-lora", "ablation-judge", 16, 0.004, 1.0),
+            ("dream/heads-top1", "heads-top1", "ablation-head-count", 1, -0.2, 0.0),
+            ("dream/heads-top64", "heads-top64", "ablation-head-count", 64, 0.004, 1.0))  # fmt: skip
+    rows, per_query = [], {}
+    for row, experiment, group, heads, shift, jitter in plan:
+        for dataset, scores in base.items():
+            columns = {seed: scores + shift + jitter * noise[(dataset, seed)] for seed in range(3)}
+            per_query[(row, dataset)] = pd.DataFrame(columns)
+            for seed, values in columns.items():
+                rows.append({"method": "dream", "experiment": experiment, "group": group, "dataset": dataset,
+                             "metric": "ndcg_at_10", "value": float(values.mean()), "seed": seed,
+                             "params": {"num_heads": heads}, "num_candidates": 8})  # fmt: skip
+    frame = pd.DataFrame(rows)
+    main = score_table(frame, group="main")
+    from dreambench.studies.dream.claims import planned_rows
+
+    claims = claims_table(frame, main, pd.DataFrame(), planned=planned_rows("mini"), per_query=per_query)
+    fig2 = "QRHead heads beat random heads (Fig. 2)"
+    assert claims.at[fig2, "verdict"] == "holds (3 seeds)"
+    assert "paired test p = " in claims.at[fig2, "measured"]
+    fig5 = "a frozen judge is at least as good as a LoRA-trained one (Fig. 5)"
+    assert claims.at[fig5, "verdict"] == "no significant difference (3 seeds)"
+    # without per-query scores, the same records' means decide it: a gap inside the noise reads as a verdict
+    means_only = claims_table(frame, main, pd.DataFrame()).at[fig5, "verdict"]
+    assert means_only.startswith(("holds (3 seeds)", "does not hold (3 seeds)"))
+    fig3 = "16 heads is the best head count (Fig. 3)"
+    # 16 is significantly ahead of one head, not of 64 (a gap inside the noise): the claim is not shown
+    assert claims.at[fig3, "verdict"] == "no significant difference (among top 1, 16, 64; 3 seeds)"
+    assert "top 1 p = " in claims.at[fig3, "measured"] and "top 64 p = " in claims.at[fig3, "measured"]
+    # the test itself: every set weighs the same, whatever its number of queries
+    ours = [base["wiki-desc2lead"] + 0.1, base["nano-scifact"]]
+    difference, p = set_balanced_test([(ours[0], base["wiki-desc2lead"]), (ours[1], base["nano-scifact"])])
+    assert difference == pytest.approx(0.05) and p < 0.01
+    assert set_balanced_test([(ours[1], ours[1])]) == (0.0, 1.0)

@@ -204,6 +204,15 @@ def test_fidelity_table_says_whether_nano_ranks_methods_as_the_full_corpus():
         "- arguana: same order. nano: a > b; full: a > b.",
         "- scifact: order differs (Kendall τ 0.33). nano: a > c > b; full: a > b > c.",
     ]
+    # a trained method's nano and full results from two training runs of one configuration (a retraining on
+    # another machine) are not the same checkpoint: that seed is left out, and the report says so
+    trained = frame.assign(training=[{"first_loss": 2.0, "final_loss": 0.8, "train_seconds": 569.1}] * len(frame))
+    retrained = (trained.method == "a") & (trained.dataset == "scifact")
+    trained.loc[retrained, "training"] = [{"first_loss": 2.0, "final_loss": 0.80001, "train_seconds": 1093.8}]
+    table, lines = fidelity(trained)
+    assert pd.isna(table.loc["a", ("scifact", "nano")]) and table.loc["a", ("arguana", "nano")] == 0.5
+    assert lines[1] == ("- scifact: a seed 0 left out: its nano and full results come from different training "
+                        "runs of one configuration (not the same checkpoint).")
 
 
 def test_user_folder_runs_by_name(workspace, capsys):

@@ -45,7 +45,15 @@ from .runs import (
     tuning_section,
 )
 from .sections import group_order
-from .statistics import learned, learning_verdicts, runs_learned, significance
+from .statistics import (
+    ABLATION_TEST,
+    learned,
+    learning_verdicts,
+    per_query_scores,
+    runs_learned,
+    set_balanced_test,
+    significance,
+)
 from .tables import (
     average_note,
     display_table,
@@ -59,11 +67,11 @@ from .tables import (
 from .walltime import stage_times
 
 __all__ = [
-    "PROVENANCE", "RECORDS", "GroupFigure", "ReportContext", "Section", "StudyReport", "average_note",
+    "ABLATION_TEST", "PROVENANCE", "RECORDS", "GroupFigure", "ReportContext", "Section", "StudyReport", "average_note",
     "check_report", "copy_records", "dataset_block", "display_table", "fidelity", "group_order", "group_points",
     "in_row_order", "learned", "learning_verdicts", "machine_label", "markdown_table", "pending_lines",
-    "per_seed_table", "plot_group", "provenance_table", "records_dir", "render", "render_html",
+    "per_query_scores", "per_seed_table", "plot_group", "provenance_table", "records_dir", "render", "render_html",
     "render_performance", "reproduce_commands", "results_frame", "row_label", "row_order_key", "row_seeds",
     "runs_learned", "score_table", "seed_table", "setting_values", "significance", "stage_times",
-    "searched_values", "training_data_lines", "training_table", "tuning_section", "with_reference",
+    "searched_values", "set_balanced_test", "training_data_lines", "training_table", "tuning_section", "with_reference",
 ]  # fmt: skip

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..evaluation.metrics import MAIN_METRIC
@@ -18,13 +19,15 @@ ANY_SEED = "any"  # the seed column of a result that no training seed produced
 
 
 def per_query_scores(
-    results_dir: Path, profile: str, metric: str = MAIN_METRIC
+    results_dir: Path, profile: str, metric: str = MAIN_METRIC, groups: Collection[str] | None = ("main",)
 ) -> dict[tuple[str, str], pd.DataFrame]:
-    """(row, dataset) → per-query ``metric`` of the main-table rows, one column per training seed (one column
-    ``ANY_SEED`` for a row that does not train: BM25 and the untrained retriever are the same at every seed)."""
+    """(row, dataset) → per-query ``metric`` of the rows of ``groups`` (None: every group; default: the main
+    table), one column per training seed (one column ``ANY_SEED`` for a row that does not train: BM25 and the
+    untrained retriever are the same at every seed)."""
     collected: dict[tuple[str, str], dict[int | str, pd.Series]] = {}
     for payload in iter_results(results_dir, profile):
-        if payload.get("experiment_group", "main") != "main" or not payload.get("per_query"):
+        group = payload.get("experiment_group", "main")
+        if (groups is not None and group not in groups) or not payload.get("per_query"):
             continue
         row = row_label(payload["method"], payload["experiment"].split(SEED_MARK)[0])
         values = pd.Series({q: s.get(metric, 0.0) for q, s in payload["per_query"].items()}, dtype=float)
@@ -72,6 +75,45 @@ def significance(
     return pd.DataFrame(table).T, pd.DataFrame(used).T
 
 
+ABLATION_RESAMPLES = 9_999
+ABLATION_TEST = (
+    "paired two-sided randomisation test over queries (scipy's permutation_test: each query's pair of scores "
+    f"swapped at random, {ABLATION_RESAMPLES:,} resamples, seed 0) of the mean over sets of the per-set mean "
+    "difference, per-query NDCG@10 averaged over the seeds both rows ran"
+)
+
+
+def set_balanced_test(pairs: list[tuple[pd.Series, pd.Series]]) -> tuple[float, float]:
+    """(difference, two-sided p-value) of two rows scored on the same queries of several sets: the difference
+    is the mean over sets of each set's mean per-query difference (every set weighs the same, as the ablation
+    tables' means do, however many queries it has); the p-value a paired randomisation test of it
+    (:data:`ABLATION_TEST`). ``pairs``: per set, the two rows' per-query scores (a query one row did not rank
+    counts 0)."""
+    from scipy.stats import permutation_test
+
+    xs, ys, bounds = [], [], [0]
+    for ours, theirs in pairs:
+        queries = ours.index.union(theirs.index)
+        xs.append(ours.reindex(queries, fill_value=0.0).to_numpy(dtype=float))
+        ys.append(theirs.reindex(queries, fill_value=0.0).to_numpy(dtype=float))
+        bounds.append(bounds[-1] + len(queries))
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+
+    def statistic(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+        d = np.moveaxis(a - b, axis, -1)
+        return np.mean([d[..., lo:hi].mean(axis=-1) for lo, hi in spans], axis=0)
+
+    difference = float(statistic(x, y))
+    if np.array_equal(x, y):
+        return difference, 1.0
+    result = permutation_test(
+        (x, y), statistic, permutation_type="samples", vectorized=True, n_resamples=ABLATION_RESAMPLES,
+        alternative="two-sided", random_state=0,
+    )  # fmt: skip
+    return difference, float(result.pvalue)
+
+
 def significance_mark(p_value: float) -> str:
     return next((mark for level, mark in SIGNIFICANCE_LEVELS if p_value < level), "")
 
@@ -80,7 +122,11 @@ LEARNED_P = 0.01  # fixed before any run: the level of the one-sided test in :fu
 LEARNED_TEST = (
     "A run *learned* when its held-out top-1 is significantly above the untrained retriever's on the same "
     f"instances: exact binomial test, one-sided, p < {LEARNED_P} (trained hits out of the held-out instances "
-    "against the untrained top-1 as the success rate)."
+    "against the untrained top-1 as the success rate). Read it with three caveats: the untrained top-1 is "
+    "itself measured on those instances and taken as a known rate (the test is not paired); the same held-out "
+    "instances chose each method's learning rate, at the search's seeds; and *untrained* is each method's own "
+    "starting retriever (`top-1 before`), which differs where a method changes the encoder before training "
+    "(Drama's bidirectional attention)."
 )
 
 

@@ -13,7 +13,17 @@ from ...config import method_params
 from ...evaluation.metrics import MAIN_METRIC
 from ...method import METHODS
 from ...profiles import PROFILES
-from ...report import ReportContext, markdown_table, row_label, runs_learned, searched_values, significance
+from ...report import (
+    ABLATION_TEST,
+    ReportContext,
+    markdown_table,
+    per_query_scores,
+    row_label,
+    runs_learned,
+    searched_values,
+    set_balanced_test,
+    significance,
+)
 
 # ---- the paper's claims (DREAM §4.2 and §5–6) checked on this profile's results ------------------------------
 
@@ -32,6 +42,8 @@ PAPER_HEAD_COUNTS = (1, 4, 8, 16, 32, 64)  # Fig. 3; the paper finds 16 best
 PAPER_CANDIDATE_COUNTS = (4, 8, 16)  # Fig. 6; the paper finds 16 best
 NOT_PLANNED = "not in this profile's plan"
 DECISIVE_SEEDS = 3  # an ablation claim on fewer seeds is labelled indicative
+ALPHA = 0.05  # an ablation's rows differ when the paired test says so at this level (Bonferroni for Fig. 3)
+NO_DIFFERENCE = "no significant difference"
 
 
 def _robustness(seeds: set[int], verdict: str, without) -> str:
@@ -100,6 +112,7 @@ def claims_table(
     planned: set[str] | None = None,
     defaults: tuple[int, int] | None = None,
     searched: Mapping[str, Mapping[str, Any]] | None = None,
+    per_query: Mapping[tuple[str, str], pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
     """Each of the paper's claims checked on these results, whichever way it falls.
 
@@ -119,7 +132,11 @@ def claims_table(
     DREAM head count and K, for the claims' reference rows before DREAM's default row has run. ``searched``:
     per method, the values it runs at where a complete search on the current configuration chose them
     (:func:`searched_values`; None: not known); where one of DREAM and the baseline runs at searched values and
-    the other does not, the verdict says so.
+    the other does not, the verdict says so. ``per_query``: (row, dataset) → per-query NDCG@10, a column per
+    seed (:func:`per_query_scores` over every group); with it an ablation claim *holds* only where the paired
+    test (:data:`ABLATION_TEST`) finds its row ahead at p < :data:`ALPHA`, *does not hold* where it finds the
+    other ahead, and reads *no significant difference* otherwise (Fig. 3: 16 heads against each other count,
+    Bonferroni-corrected); without it (or where a row lacks per-query scores) the verdict compares the means.
     """
 
     def absent(*wanted: str) -> str:
@@ -216,17 +233,30 @@ def claims_table(
         )
         return seeds, note
 
-    def learning_caveat(winner: str, others: list[str], seeds: set[int]) -> str:
+    def learning_caveat(winner: str | None, others: list[str], seeds: set[int]) -> str:
         """A favoured row that did not learn in every seed undermines the verdict ("but ..."); another row
         that did not learn is stated plainly (for an ablation expected to fail, that is the mechanism). A row
-        whose learning is not known for every seed gets no caveat."""
-        n = learned_in(winner, seeds)
+        whose learning is not known for every seed gets no caveat; ``winner`` None: no row is favoured."""
+        n = learned_in(winner, seeds) if winner is not None else None
         caveat = f" — but {winner} did not learn in every seed" if n is not None and n < len(seeds) else ""
         for row in others:
             n = learned_in(row, seeds)
             if n is not None and n < len(seeds):
                 caveat += f"; {row} did not learn in " + ("any seed" if n == 0 else f"{len(seeds) - n} of {len(seeds)} seeds")
         return caveat
+
+    def tested(ours: str, theirs: str, datasets: list[str], kept: set[int]) -> tuple[float, float] | None:
+        """(difference, p) of ``ours`` against ``theirs`` on ``datasets`` at seeds ``kept`` by the paired test;
+        None where either row lacks per-query scores for one of them."""
+        if per_query is None or not kept:
+            return None
+        pairs = []
+        for dataset in datasets:
+            a, b = per_query.get((ours, dataset)), per_query.get((theirs, dataset))
+            if a is None or b is None or not kept <= set(a.columns) & set(b.columns):
+                return None
+            pairs.append((a[sorted(kept)].mean(axis=1), b[sorted(kept)].mean(axis=1)))
+        return set_balanced_test(pairs)
 
     dream = frame[(frame.method == "dream") & (frame.experiment == "default")]
     fallback_heads, fallback_k = defaults or (16, 16)  # before DREAM's default row exists: the profile's values
@@ -264,16 +294,25 @@ def claims_table(
             continue
 
         def pair_verdict(kept: set[int], ours=ours, theirs=theirs, datasets=datasets, claim=claim) -> str:
+            test = tested(ours, theirs, datasets, kept)
+            if test is not None:
+                difference, p = test
+                return NO_DIFFERENCE if p >= ALPHA else "holds" if difference > 0 else "does not hold"
             a, b = mean_over(ours, datasets, kept), mean_over(theirs, datasets, kept)
             return "holds" if (a >= b if "at least" in claim else a > b) else "does not hold"
 
         a, b = mean_over(ours, datasets, seeds), mean_over(theirs, datasets, seeds)
         verdict = pair_verdict(seeds)
-        winner, loser = (ours, theirs) if verdict == "holds" else (theirs, ours)
-        caveat = learning_caveat(winner, [loser], seeds)
+        test = tested(ours, theirs, datasets, seeds)
+        if verdict == NO_DIFFERENCE:
+            caveat = learning_caveat(None, [ours, theirs], seeds)
+        else:
+            winner, loser = (ours, theirs) if verdict == "holds" else (theirs, ours)
+            caveat = learning_caveat(winner, [loser], seeds)
         robustness = _robustness(seeds, verdict, lambda s, seeds=seeds, f=pair_verdict: f(seeds - {s}))
+        p_note = f"; paired test p = {test[1]:.3g}" if test is not None else "; no per-query scores: means only"
         rows.append({"claim": claim, "measured": f"{a:.4f} vs {b:.4f} (mean NDCG@10 over {len(datasets)} sets and "
-                                                 f"{_seeds_label(seeds)}){note}",
+                                                 f"{_seeds_label(seeds)}){p_note}{note}",
                      "verdict": f"{verdict} ({_seeds_count(seeds)}{_indicative(seeds)}){caveat}{robustness}"})  # fmt: skip
     datasets = sorted(set(scores[scores.group == "ablation-head-count"].dataset))
     claim = "16 heads is the best head count (Fig. 3)"
@@ -288,22 +327,47 @@ def claims_table(
         left = [n for n in counts_planned if n not in ran]
         pending = f"; top {', '.join(map(str, left))} not run yet" if left else ""
 
+        def count_tests(kept: set[int]) -> dict[int, tuple[float, float]] | None:
+            """Per other count, (16's difference against it, Bonferroni-corrected p); None: means only."""
+            tests = {n: tested(head_row(16), head_row(n), datasets, kept) for n in ran if n != 16}
+            if any(t is None for t in tests.values()):
+                return None
+            return {n: (d, min(1.0, p * len(tests))) for n, (d, p) in tests.items()}  # type: ignore[misc]
+
         def count_verdict(kept: set[int]) -> str:
-            means = {n: mean_over(head_row(n), datasets, kept) for n in ran}
-            best = max(means, key=means.get)
-            return "does not hold" if best != 16 else "–" if left else "holds"
+            tests = count_tests(kept)
+            if tests is None:
+                means = {n: mean_over(head_row(n), datasets, kept) for n in ran}
+                best = max(means, key=means.get)
+                return "does not hold" if best != 16 else "–" if left else "holds"
+            if any(d < 0 and p < ALPHA for d, p in tests.values()):
+                return "does not hold"
+            if left:
+                return "–"
+            return "holds" if all(d > 0 and p < ALPHA for d, p in tests.values()) else NO_DIFFERENCE
 
         base = count_verdict(seeds)
         robustness = _robustness(seeds, base, lambda s: count_verdict(seeds - {s}))
-        best = 16 if base != "does not hold" else max(counts, key=counts.get)
-        caveat = learning_caveat(head_row(best), [head_row(n) for n in ran if n != best], seeds)
+        tests = count_tests(seeds)
+        if base == "does not hold":
+            ahead = [n for n, (d, p) in (tests or {}).items() if d < 0 and p < ALPHA] or list(counts)
+            best: int | None = max(ahead, key=counts.get)
+        else:
+            best = 16 if base != NO_DIFFERENCE else None
+        caveat = learning_caveat(None if best is None else head_row(best),
+                                 [head_row(n) for n in ran if n != best], seeds)  # fmt: skip
         among = "" if counts_planned == list(PAPER_HEAD_COUNTS) else f"among top {', '.join(map(str, ran))}; "
         label = f"({among}{_seeds_count(seeds)}{_indicative(seeds)})"
         verdict = (f"– (16 best so far; {_seeds_count(seeds)}{_indicative(seeds)})" if base == "–"
                    else f"{base} {label}{caveat}") + robustness  # fmt: skip
+        p_note = (
+            "; paired tests against top 16 (Bonferroni): " + ", ".join(f"top {n} p = {p:.3g}" for n, (_, p) in tests.items())
+            if tests is not None
+            else "; no per-query scores: means only"
+        )
         measured = (
             ", ".join(f"top {n} {v:.4f}" for n, v in counts.items())
-            + f" ({_seeds_label(seeds)}){note}{pending}"
+            + f" ({_seeds_label(seeds)}){p_note}{note}{pending}"
         )
         rows.append({"claim": claim, "measured": measured, "verdict": verdict})
     else:
@@ -340,7 +404,8 @@ def dream_defaults(profile: str) -> tuple[int, int] | None:
 def claims(ctx: ReportContext) -> list[str]:
     table = claims_table(ctx.frame, ctx.main, ctx.p_values, ctx.training, leave_one_seed_out(ctx),
                          planned_rows(ctx.profile), dream_defaults(ctx.profile),
-                         searched_values(ctx.results_dir, ctx.profile))  # fmt: skip
+                         searched_values(ctx.results_dir, ctx.profile),
+                         per_query_scores(ctx.results_dir, ctx.profile, groups=None))  # fmt: skip
     table.to_csv(ctx.out / "claims.csv")
     return [
         "## The paper's claims at this scale",
@@ -350,7 +415,9 @@ def claims(ctx: ReportContext) -> list[str]:
         "behind on one; *holds* = ahead on every set and significantly ahead on at least one (*ahead, not "
         "significantly* when on none); else *mixed*. Ablations: "
         "the seeds the ablation ran, the default's runs of the same seeds as reference, "
-        "mean over the ablation's sets and those seeds, with how many of those seeds each row learned in "
+        "mean over the ablation's sets and those seeds; *holds* / *does not hold* where a "
+        f"{ABLATION_TEST} finds one row ahead at p < {ALPHA} (Fig. 3: 16 heads against each other count, "
+        f"Bonferroni-corrected), *{NO_DIFFERENCE}* otherwise; with how many of those seeds each row learned in "
         "(Training, below), a caveat in the verdict (*but ...*) where the row it favours did not learn in every one, "
         "and a note where the other row did not (for an ablation expected to fail, that is the claim's mechanism): "
         "a run that did not learn is a model that barely moved from the untrained one. Every verdict is recomputed with each "
