@@ -179,7 +179,7 @@ def test_the_papers_claims_are_checked_whichever_way_they_fall():
     claims = claims_table(frame, main, p_values)
     verdict = claims["verdict"]
     assert verdict["DREAM beats InfoNCE (Tables 1, 4–5)"] == "does not hold"
-    assert "significantly behind on 1" in claims.at["DREAM beats InfoNCE (Tables 1, 4–5)", "measured"]
+    assert "significantly behind on 1 (nano-scifact)" in claims.at["DREAM beats InfoNCE (Tables 1, 4–5)", "measured"]
     assert verdict["DREAM beats REPLUG (Tables 1, 4–5)"] == "ahead, not significantly"
     assert verdict["DREAM beats Revela (Tables 1, 4–5)"] == "mixed"
     assert verdict["QRHead heads beat random heads (Fig. 2)"] == "does not hold (one seed; indicative: fewer than 3 seeds)"

@@ -13,17 +13,7 @@ from ...config import method_params
 from ...evaluation.metrics import MAIN_METRIC
 from ...method import METHODS
 from ...profiles import PROFILES
-from ...report import (
-    ABLATION_TEST,
-    ReportContext,
-    markdown_table,
-    per_query_scores,
-    row_label,
-    runs_learned,
-    searched_values,
-    set_balanced_test,
-    significance,
-)
+from ...report import row_label, runs_learned, set_balanced_test
 
 # ---- the paper's claims (DREAM §4.2 and §5–6) checked on this profile's results ------------------------------
 
@@ -189,9 +179,13 @@ def claims_table(
             table = (p_values_without or {}).get(seed, p_values)
             return _baseline_verdict(rest, tests_for(other, rest.index, table))
 
+        def named(sets: pd.Series) -> str:
+            return f" ({', '.join(map(str, sets.index))})" if len(sets) else ""
+
         measured = (f"ahead on {ahead} of {len(diff)} sets, behind on {behind}; mean difference {diff.mean():+.4f} "
-                    f"({_seeds_label(seeds)}, those both ran); significantly ahead on {sig_ahead}, significantly "
-                    f"behind on {sig_behind} (p < 0.05)")  # fmt: skip
+                    f"({_seeds_label(seeds)}, those both ran); significantly ahead on {sig_ahead}"
+                    f"{named(significant[significant > 0])}, significantly behind on {sig_behind}"
+                    f"{named(significant[significant < 0])} (p < 0.05)")  # fmt: skip
         robustness = _robustness(seeds, verdict, without)
         stalled = [(m, sum(learned_runs[(m, k)] for k in seeds), len(seeds)) for m in ("dream", other)
                    if all((m, k) in learned_runs for k in seeds)]  # fmt: skip
@@ -376,16 +370,6 @@ def claims_table(
     return pd.DataFrame(rows).set_index("claim")
 
 
-def leave_one_seed_out(ctx: ReportContext) -> dict[int, pd.DataFrame]:
-    """The significance table of the main table with each training seed left out in turn."""
-    if ctx.reference is None:
-        return {}
-    seeds = sorted({int(k) for k in ctx.frame[ctx.frame.group == "main"].seed.dropna()})
-    if len(seeds) < 2:
-        return {}
-    return {k: significance(ctx.results_dir, ctx.profile, ctx.reference, leave_out=k)[0] for k in seeds}
-
-
 def planned_rows(profile: str) -> set[str] | None:
     """The rows the profile's plan runs (None for a profile not registered: every row counts as planned)."""
     if profile not in PROFILES:
@@ -399,32 +383,3 @@ def dream_defaults(profile: str) -> tuple[int, int] | None:
         return None
     config = PROFILES.get(profile).config
     return method_params(METHODS.get("dream").Params, config, "dream").num_heads, config.data.num_candidates
-
-
-def claims(ctx: ReportContext) -> list[str]:
-    table = claims_table(ctx.frame, ctx.main, ctx.p_values, ctx.training, leave_one_seed_out(ctx),
-                         planned_rows(ctx.profile), dream_defaults(ctx.profile),
-                         searched_values(ctx.results_dir, ctx.profile),
-                         per_query_scores(ctx.results_dir, ctx.profile, groups=None))  # fmt: skip
-    table.to_csv(ctx.out / "claims.csv")
-    return [
-        "## The paper's claims at this scale",
-        "",
-        "Checked on the results above, whichever way they fall. Against a baseline: DREAM's mean NDCG@10 per set "
-        "over the seeds both ran and the paired tests of the table; *does not hold* = behind on every set or significantly "
-        "behind on one; *holds* = ahead on every set and significantly ahead on at least one (*ahead, not "
-        "significantly* when on none); else *mixed*. Ablations: "
-        "the seeds the ablation ran, the default's runs of the same seeds as reference, "
-        "mean over the ablation's sets and those seeds; *holds* / *does not hold* where a "
-        f"{ABLATION_TEST} finds one row ahead at p < {ALPHA} (Fig. 3: 16 heads against each other count, "
-        f"Bonferroni-corrected), *{NO_DIFFERENCE}* otherwise; with how many of those seeds each row learned in "
-        "(Training, below), a caveat in the verdict (*but ...*) where the row it favours did not learn in every one, "
-        "and a note where the other row did not (for an ablation expected to fail, that is the claim's mechanism): "
-        "a run that did not learn is a model that barely moved from the untrained one. Every verdict is recomputed with each "
-        f"seed left out and says which removal would change it; ablation claims on fewer than {DECISIVE_SEEDS} "
-        "seeds are *indicative*. A baseline claim where only one of the two runs at values a search on the current "
-        "configuration chose (Tuning, below) says so: it sets a tuned method against an untuned one.",
-        "",
-        markdown_table(table),
-        "",
-    ]
