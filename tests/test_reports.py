@@ -711,8 +711,27 @@ def test_an_ablation_verdict_needs_a_significant_paired_difference():
     # 16 is significantly ahead of one head, not of 64 (a gap inside the noise): the claim is not shown
     assert claims.at[fig3, "verdict"] == "no significant difference (among top 1, 16, 64; 3 seeds)"
     assert "top 1 p = " in claims.at[fig3, "measured"] and "top 64 p = " in claims.at[fig3, "measured"]
+    # the other row clearly ahead: the claim does not hold, by the test (random heads ahead here), and a count
+    # significantly ahead of 16 decides Fig. 3 against the paper
+    ahead = {key: (scores + 0.3 if key[0] in ("dream/heads-random", "dream/heads-top64") else scores)
+             for key, scores in per_query.items()}  # fmt: skip
+    reversed_claims = claims_table(frame, main, pd.DataFrame(), planned=planned_rows("mini"), per_query=ahead)
+    assert reversed_claims.at[fig2, "verdict"] == "does not hold (3 seeds)"
+    assert reversed_claims.at[fig3, "verdict"] == "does not hold (among top 1, 16, 64; 3 seeds)"
     # the test itself: every set weighs the same, whatever its number of queries
     ours = [base["wiki-desc2lead"] + 0.1, base["nano-scifact"]]
     difference, p = set_balanced_test([(ours[0], base["wiki-desc2lead"]), (ours[1], base["nano-scifact"])])
     assert difference == pytest.approx(0.05) and p < 0.01
     assert set_balanced_test([(ours[1], ours[1])]) == (0.0, 1.0)
+    # ... and is the two-sided sign-flip test: against every one of the 2^8 sign patterns of 8 queries in two sets
+    import itertools
+
+    a = pd.Series([0.9, 0.2, 0.5, 0.7, 0.1, 0.6]), pd.Series([0.3, 0.4])
+    b = pd.Series([0.4, 0.3, 0.1, 0.2, 0.3, 0.1]), pd.Series([0.1, 0.5])
+    weighted = np.concatenate([(x - y).to_numpy() / (2 * len(x)) for x, y in zip(a, b, strict=True)])
+    flips = [abs(np.dot(signs, weighted)) for signs in itertools.product((1, -1), repeat=len(weighted))]
+    exact = np.mean([f >= abs(weighted.sum()) - 1e-12 for f in flips])
+    difference, p = set_balanced_test(list(zip(a, b, strict=True)))
+    assert difference == pytest.approx(weighted.sum()) and p == pytest.approx(exact)
+    _, p_reversed = set_balanced_test(list(zip(b, a, strict=True)))
+    assert p_reversed == pytest.approx(p)  # two-sided: the same p whichever row is ahead

@@ -212,7 +212,8 @@ def test_fidelity_table_says_whether_nano_ranks_methods_as_the_full_corpus():
     table, lines = fidelity(trained)
     assert pd.isna(table.loc["a", ("scifact", "nano")]) and table.loc["a", ("arguana", "nano")] == 0.5
     assert lines[1] == ("- scifact: a seed 0 left out: its nano and full results come from different training "
-                        "runs of one configuration (not the same checkpoint).")
+                        "runs of one configuration, or one lacks its run's summary (not shown to be the same "
+                        "checkpoint).")
 
 
 def test_user_folder_runs_by_name(workspace, capsys):

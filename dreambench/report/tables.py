@@ -166,7 +166,8 @@ def fidelity(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         runs = both.groupby(["method", "seed"], dropna=False)["run"].nunique()
         for method, seed in runs[runs > 1].index:
             lines.append(f"- {base}: {method} seed {seed} left out: its nano and full results come from different "
-                         "training runs of one configuration (not the same checkpoint).")  # fmt: skip
+                         "training runs of one configuration, or one lacks its run's summary (not shown to be the "
+                         "same checkpoint).")  # fmt: skip
             both = both[~((both.method == method) & (both.seed == seed))]
         pivot = both.pivot_table(index=["method", "seed"], columns="dataset", values="value", aggfunc="first")
         if base not in pivot.columns or nano not in pivot.columns:

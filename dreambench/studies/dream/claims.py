@@ -239,9 +239,17 @@ def claims_table(
                 caveat += f"; {row} did not learn in " + ("any seed" if n == 0 else f"{len(seeds) - n} of {len(seeds)} seeds")
         return caveat
 
+    done: dict[tuple, tuple[float, float] | None] = {}
+
     def tested(ours: str, theirs: str, datasets: list[str], kept: set[int]) -> tuple[float, float] | None:
         """(difference, p) of ``ours`` against ``theirs`` on ``datasets`` at seeds ``kept`` by the paired test;
-        None where either row lacks per-query scores for one of them."""
+        None where either row lacks per-query scores for one of them. Each test runs once."""
+        key = (ours, theirs, tuple(datasets), frozenset(kept))
+        if key not in done:
+            done[key] = run_test(ours, theirs, datasets, kept)
+        return done[key]
+
+    def run_test(ours: str, theirs: str, datasets: list[str], kept: set[int]) -> tuple[float, float] | None:
         if per_query is None or not kept:
             return None
         pairs = []
