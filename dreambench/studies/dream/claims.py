@@ -4,6 +4,7 @@ claim on fewer than :data:`DECISIVE_SEEDS` seeds is labelled *indicative*."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -239,17 +240,12 @@ def claims_table(
                 caveat += f"; {row} did not learn in " + ("any seed" if n == 0 else f"{len(seeds) - n} of {len(seeds)} seeds")
         return caveat
 
-    done: dict[tuple, tuple[float, float] | None] = {}
-
-    def tested(ours: str, theirs: str, datasets: list[str], kept: set[int]) -> tuple[float, float] | None:
-        """(difference, p) of ``ours`` against ``theirs`` on ``datasets`` at seeds ``kept`` by the paired test;
-        None where either row lacks per-query scores for one of them. Each test runs once."""
-        key = (ours, theirs, tuple(datasets), frozenset(kept))
-        if key not in done:
-            done[key] = run_test(ours, theirs, datasets, kept)
-        return done[key]
-
-    def run_test(ours: str, theirs: str, datasets: list[str], kept: set[int]) -> tuple[float, float] | None:
+    @functools.cache  # a verdict, its leave-one-out recomputations and the measured cell share each test
+    def tested(
+        ours: str, theirs: str, datasets: tuple[str, ...], kept: frozenset[int]
+    ) -> tuple[float, float] | None:
+        """(difference, p) of ``ours`` against ``theirs`` on ``datasets`` at seeds ``kept`` by the paired
+        test; None where either row lacks per-query scores for one of them."""
         if per_query is None or not kept:
             return None
         pairs = []
@@ -296,7 +292,7 @@ def claims_table(
             continue
 
         def pair_verdict(kept: set[int], ours=ours, theirs=theirs, datasets=datasets, claim=claim) -> str:
-            test = tested(ours, theirs, datasets, kept)
+            test = tested(ours, theirs, tuple(datasets), frozenset(kept))
             if test is not None:
                 difference, p = test
                 return NO_DIFFERENCE if p >= ALPHA else "holds" if difference > 0 else "does not hold"
@@ -305,7 +301,7 @@ def claims_table(
 
         a, b = mean_over(ours, datasets, seeds), mean_over(theirs, datasets, seeds)
         verdict = pair_verdict(seeds)
-        test = tested(ours, theirs, datasets, seeds)
+        test = tested(ours, theirs, tuple(datasets), frozenset(seeds))
         if verdict == NO_DIFFERENCE:
             caveat = learning_caveat(None, [ours, theirs], seeds)
         else:
@@ -331,7 +327,9 @@ def claims_table(
 
         def count_tests(kept: set[int]) -> dict[int, tuple[float, float]] | None:
             """Per other count, (16's difference against it, Bonferroni-corrected p); None: means only."""
-            tests = {n: tested(head_row(16), head_row(n), datasets, kept) for n in ran if n != 16}
+            tests = {
+                n: tested(head_row(16), head_row(n), tuple(datasets), frozenset(kept)) for n in ran if n != 16
+            }
             if any(t is None for t in tests.values()):
                 return None
             return {n: (d, min(1.0, p * len(tests))) for n, (d, p) in tests.items()}  # type: ignore[misc]
